@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Installs everything kite needs to build and test on Debian 12, from Debian's packages only.
+# Used by the README's first command and by .ci/run. Safe to run again: it only installs what is
+# missing (so a machine that has everything does not even refresh the package lists).
+set -euo pipefail
+
+packages=(
+  build-essential cmake ninja-build ccache pkg-config git
+  clang libclang-rt-14-dev          # libFuzzer targets
+  doctest-dev libcli11-dev nlohmann-json3-dev libcpp-httplib-dev
+  libpcre2-dev                      # tokenizer pre-tokenizer regexes (Unicode properties)
+  unicode-data                      # UnicodeData.txt: BERT normalization tables (generated at build)
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "install-deps: installing ${missing[*]}" >&2
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+else
+  echo "install-deps: all ${#packages[@]} packages present" >&2
+fi

@@ -1,0 +1,23 @@
+// kite/tools/commands.h — each subcommand registers itself on the CLI11 app.
+//
+// A subcommand's run function returns the process exit code: 0 success, 1 a failure of the
+// work (bad file, bad model), 2 bad usage (CLI11 handles its own parse errors with 2 too... see
+// main.cpp). Results go to stdout, logs and errors to stderr.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <functional>
+
+namespace kite::tools {
+
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitFailure = 1;
+inline constexpr int kExitUsage = 2;
+
+// Sets `*run` to the action of the subcommand when it is chosen.
+using Action = std::function<int()>;
+
+void register_inspect(CLI::App& app, Action* run);
+
+}  // namespace kite::tools

@@ -1,0 +1,23 @@
+// kite — one executable, many subcommands. See README.md for each.
+#include <cstdio>
+#include <string>
+
+#include "tools/commands.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"kite: local LLM inference (GGUF and Hugging Face safetensors)", "kite"};
+  app.set_version_flag("--version", std::string("kite ") + KITE_VERSION);
+  app.require_subcommand(1);
+  app.fallthrough(false);
+
+  kite::tools::Action run;
+  kite::tools::register_inspect(app, &run);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int code = app.exit(e);  // prints help/version to stdout, errors to stderr
+    return code == 0 ? 0 : kite::tools::kExitUsage;
+  }
+  return run ? run() : kite::tools::kExitUsage;
+}
