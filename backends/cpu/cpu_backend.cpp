@@ -1,0 +1,112 @@
+#include "backends/cpu/cpu_backend.h"
+
+#include <cstdlib>
+#include <cstring>
+
+#include "backends/cpu/ops.h"
+#include "backends/cpu/threadpool.h"
+
+namespace kite::cpu {
+namespace {
+
+class HostBuffer final : public Buffer {
+ public:
+  HostBuffer(Backend& backend, size_t bytes) : backend_(backend), size_(bytes) {
+    data_ = static_cast<uint8_t*>(std::aligned_alloc(64, (bytes + 63) / 64 * 64 + 64));
+  }
+  ~HostBuffer() override { std::free(data_); }
+  void* base() override { return data_; }
+  size_t size() const override { return size_; }
+  Backend& backend() override { return backend_; }
+  bool ok() const { return data_ != nullptr; }
+
+ private:
+  Backend& backend_;
+  uint8_t* data_;
+  size_t size_;
+};
+
+using Kernel = void (*)(Tensor*, const KernelCtx&);
+
+Kernel kernel_for(Op op) {
+  switch (op) {
+    case Op::kGetRows: return op_get_rows;
+    case Op::kMulMat: return op_mul_mat;
+    case Op::kAdd: return op_add;
+    case Op::kMul: return op_mul;
+    case Op::kScale: return op_scale;
+    case Op::kRmsNorm: return op_rms_norm;
+    case Op::kRope: return op_rope;
+    case Op::kSwiglu: return op_swiglu;
+    case Op::kKvWrite: return op_kv_write;
+    case Op::kAttention: return op_attention;
+    case Op::kCopy: return op_copy;
+    case Op::kNone:
+    case Op::kView: return nullptr;
+  }
+  return nullptr;
+}
+
+bool computable(DType t) {
+  const quant::TypeTraits* tr = quant::find_traits(t);
+  return t == DType::F32 || t == DType::F16 || t == DType::BF16 || (tr != nullptr && tr->dequantize != nullptr);
+}
+
+class CpuBackend final : public Backend {
+ public:
+  explicit CpuBackend(int n_threads) : pool_(n_threads), scratch_(static_cast<size_t>(pool_.size())) {}
+
+  std::string_view name() const override { return "cpu"; }
+  bool is_host() const override { return true; }
+
+  bool supports(const Tensor& n) const override {
+    if (n.op == Op::kNone || n.op == Op::kView) return true;
+    if (kernel_for(n.op) == nullptr) return false;
+    if (n.op == Op::kMulMat || n.op == Op::kGetRows || n.op == Op::kCopy) return computable(n.src[0]->type);
+    if (n.op == Op::kKvWrite || n.op == Op::kAttention) {
+      const DType kt = n.op == Op::kKvWrite ? n.src[0]->type : n.src[1]->type;
+      return kt == DType::F32 || kt == DType::F16 || kt == DType::BF16;
+    }
+    return true;
+  }
+
+  Result<std::unique_ptr<Buffer>> alloc(size_t bytes) override {
+    auto b = std::make_unique<HostBuffer>(*this, bytes);
+    if (!b->ok()) return make_error("cpu: out of memory allocating ", bytes, " bytes");
+    return std::unique_ptr<Buffer>(std::move(b));
+  }
+
+  Status upload(const Tensor& t, const void* src, size_t bytes, size_t offset) override {
+    std::memcpy(static_cast<uint8_t*>(t.data) + offset, src, bytes);
+    return ok_status();
+  }
+  Status download(const Tensor& t, void* dst, size_t bytes, size_t offset) const override {
+    std::memcpy(dst, static_cast<const uint8_t*>(t.data) + offset, bytes);
+    return ok_status();
+  }
+
+  Status compute(std::span<Tensor* const> nodes) override {
+    for (Tensor* n : nodes) {
+      const Kernel k = kernel_for(n->op);
+      if (k == nullptr) continue;  // views: nothing to compute
+      pool_.run([&](int ith, int nth) {
+        KernelCtx c{ith, nth, &scratch_[static_cast<size_t>(ith)]};
+        k(n, c);
+      });
+    }
+    return ok_status();
+  }
+
+ private:
+  ThreadPool pool_;
+  std::vector<std::vector<float>> scratch_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Backend>> make_cpu_backend(const BackendOptions& opts) {
+  const int n = opts.n_threads > 0 ? opts.n_threads : ThreadPool::physical_cores();
+  return std::unique_ptr<Backend>(std::make_unique<CpuBackend>(n));
+}
+
+}  // namespace kite::cpu

@@ -1,0 +1,44 @@
+// kite/backends/cpu/ops.h — CPU kernels, one function per op, run on every thread of the team.
+//
+// Each kernel computes its share (ith of nth) of `dst` from dst->src; work is split so threads
+// never write the same bytes. These are the scalar references; SIMD variants plug in per op and
+// weight type and are tested against them.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "src/core/tensor.h"
+
+namespace kite::cpu {
+
+struct KernelCtx {
+  int ith = 0;
+  int nth = 1;
+  std::vector<float>* scratch = nullptr;  // this thread's scratch; grows, never shrinks
+};
+
+// [begin, end) of `n` items for thread ith of nth.
+inline void split(int64_t n, const KernelCtx& c, int64_t* begin, int64_t* end) {
+  const int64_t per = (n + c.nth - 1) / c.nth;
+  *begin = std::min<int64_t>(n, per * c.ith);
+  *end = std::min<int64_t>(n, *begin + per);
+}
+
+void op_get_rows(Tensor* dst, const KernelCtx& c);
+void op_mul_mat(Tensor* dst, const KernelCtx& c);
+void op_add(Tensor* dst, const KernelCtx& c);
+void op_mul(Tensor* dst, const KernelCtx& c);
+void op_scale(Tensor* dst, const KernelCtx& c);
+void op_swiglu(Tensor* dst, const KernelCtx& c);
+void op_copy(Tensor* dst, const KernelCtx& c);
+void op_rms_norm(Tensor* dst, const KernelCtx& c);
+void op_rope(Tensor* dst, const KernelCtx& c);
+void op_kv_write(Tensor* dst, const KernelCtx& c);
+void op_attention(Tensor* dst, const KernelCtx& c);
+
+// Row conversion helpers shared by kernels: any type -> F32, F32 -> F16/F32 storage.
+void row_to_f32(DType type, const void* src, float* dst, int64_t n);
+void row_from_f32(DType type, const float* src, void* dst, int64_t n);
+
+}  // namespace kite::cpu

@@ -1,0 +1,75 @@
+#include "backends/cpu/threadpool.h"
+
+#include <fstream>
+#include <set>
+#include <string>
+
+namespace kite::cpu {
+
+ThreadPool::ThreadPool(int n_threads) : n_threads_(n_threads < 1 ? 1 : n_threads) {
+  for (int i = 1; i < n_threads_; ++i) threads_.emplace_back([this, i] { worker(i); });
+}
+
+ThreadPool::~ThreadPool() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+    generation_.fetch_add(1);
+  }
+  cv_.notify_all();
+  for (auto& t : threads_) t.join();
+}
+
+void ThreadPool::run(const std::function<void(int, int)>& fn) {
+  if (n_threads_ == 1) {
+    fn(0, 1);
+    return;
+  }
+  job_ = &fn;
+  pending_.store(n_threads_ - 1, std::memory_order_relaxed);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    generation_.fetch_add(1, std::memory_order_release);
+  }
+  cv_.notify_all();
+  fn(0, n_threads_);
+  while (pending_.load(std::memory_order_acquire) != 0) std::this_thread::yield();
+  job_ = nullptr;
+}
+
+void ThreadPool::worker(int ith) {
+  uint64_t seen = 0;
+  for (;;) {
+    // Spin a little for the next job, then sleep.
+    uint64_t gen = generation_.load(std::memory_order_acquire);
+    for (int spin = 0; gen == seen && spin < 20000; ++spin) {
+      std::this_thread::yield();
+      gen = generation_.load(std::memory_order_acquire);
+    }
+    if (gen == seen) {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return generation_.load(std::memory_order_acquire) != seen; });
+      gen = generation_.load(std::memory_order_acquire);
+    }
+    seen = gen;
+    if (stop_) return;
+    (*job_)(ith, n_threads_);
+    pending_.fetch_sub(1, std::memory_order_acq_rel);
+  }
+}
+
+int ThreadPool::physical_cores() {
+  // Count distinct (physical id, core id) pairs; fall back to hardware_concurrency.
+  std::ifstream f("/proc/cpuinfo");
+  std::set<std::pair<std::string, std::string>> cores;
+  std::string line, phys = "0";
+  while (std::getline(f, line)) {
+    if (line.rfind("physical id", 0) == 0) phys = line.substr(line.find(':') + 1);
+    if (line.rfind("core id", 0) == 0) cores.emplace(phys, line.substr(line.find(':') + 1));
+  }
+  if (!cores.empty()) return static_cast<int>(cores.size());
+  const unsigned n = std::thread::hardware_concurrency();
+  return n == 0 ? 1 : static_cast<int>(n);
+}
+
+}  // namespace kite::cpu

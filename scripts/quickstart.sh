@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# The README's first command: install dependencies, build, run kite on the bundled model.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/install-deps.sh
+bash scripts/build.sh
+model=models/stories260K-Q8_0.gguf
+echo "== kite inspect $model" >&2
+build/tools/kite inspect "$model" | head -40

@@ -1,0 +1,60 @@
+#include "src/core/backend.h"
+
+#include <mutex>
+
+namespace kite {
+namespace {
+
+struct Registry {
+  std::mutex mu;
+  std::vector<std::pair<std::string, BackendFactory>> entries;
+};
+
+Registry& registry() {
+  static Registry r;
+  return r;
+}
+
+}  // namespace
+
+// Defined in backends/registry.cpp, the one place that knows which backends were compiled in.
+void register_builtin_backends();
+
+static void ensure_builtins() {
+  static std::once_flag once;
+  std::call_once(once, [] { register_builtin_backends(); });
+}
+
+void register_backend(std::string name, BackendFactory factory) {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  r.entries.emplace_back(std::move(name), std::move(factory));
+}
+
+std::vector<std::string> backend_names() {
+  ensure_builtins();
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  std::vector<std::string> names;
+  for (const auto& e : r.entries) names.push_back(e.first);
+  return names;
+}
+
+Result<std::unique_ptr<Backend>> create_backend(std::string_view name, const BackendOptions& opts) {
+  ensure_builtins();
+  BackendFactory factory;
+  {
+    Registry& r = registry();
+    std::lock_guard<std::mutex> lock(r.mu);
+    for (const auto& e : r.entries)
+      if (e.first == name) factory = e.second;
+  }
+  if (!factory) {
+    std::string known;
+    for (const auto& n : backend_names()) known += (known.empty() ? "" : ", ") + n;
+    return make_error("unknown device '", name, "' (available: ", known, ")");
+  }
+  return factory(opts);
+}
+
+}  // namespace kite

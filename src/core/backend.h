@@ -1,0 +1,60 @@
+// kite/src/core/backend.h — the interface every compute backend implements.
+//
+// Shaped for devices whose memory is not host memory and whose execution is asynchronous:
+// tensors live in Buffers the backend allocates; bytes cross with upload()/download();
+// compute() may return before the work is done (synchronize() waits). The CPU backend is the
+// fallback and the reference; CUDA and Vulkan register themselves the same way.
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "src/base/status.h"
+#include "src/core/tensor.h"
+
+namespace kite {
+
+class Backend;
+
+class Buffer {
+ public:
+  virtual ~Buffer() = default;
+  virtual void* base() = 0;  // host pointer or device address; tensors point at base + offset
+  virtual size_t size() const = 0;
+  virtual Backend& backend() = 0;
+};
+
+struct BackendOptions {
+  int n_threads = 0;  // CPU: 0 = all physical cores
+  int device = 0;     // GPU index
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string_view name() const = 0;
+  // True when tensors of this backend are plain host memory (the CPU).
+  virtual bool is_host() const = 0;
+  virtual bool supports(const Tensor& node) const = 0;
+  virtual Result<std::unique_ptr<Buffer>> alloc(size_t bytes) = 0;
+  // Host <-> tensor bytes (tensor's own buffer); `offset` in bytes from the tensor's start.
+  virtual Status upload(const Tensor& t, const void* src, size_t bytes, size_t offset = 0) = 0;
+  virtual Status download(const Tensor& t, void* dst, size_t bytes, size_t offset = 0) const = 0;
+  // Runs nodes (in order) whose inputs are ready; may be asynchronous.
+  virtual Status compute(std::span<Tensor* const> nodes) = 0;
+  virtual Status synchronize() { return ok_status(); }
+};
+
+// The backend registry: backends add a factory at static-init time (CPU registers last and is
+// the fallback). `create_backend("cpu", opts)`.
+using BackendFactory = std::function<Result<std::unique_ptr<Backend>>(const BackendOptions&)>;
+void register_backend(std::string name, BackendFactory factory);
+std::vector<std::string> backend_names();
+Result<std::unique_ptr<Backend>> create_backend(std::string_view name, const BackendOptions& opts = {});
+
+}  // namespace kite

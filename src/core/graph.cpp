@@ -1,0 +1,148 @@
+#include "src/core/graph.h"
+
+#include <algorithm>
+#include <cassert>
+
+namespace kite {
+
+Tensor* Graph::make_like(DType type, const std::array<int64_t, kMaxDims>& ne, Op op, std::string name) {
+  Tensor& t = arena_.emplace_back();
+  t.type = type;
+  t.ne = ne;
+  t.nb = contiguous_strides(type, ne);
+  t.op = op;
+  t.name = std::move(name);
+  return &t;
+}
+
+Tensor* Graph::make(DType type, std::initializer_list<int64_t> ne, Op op, std::string name) {
+  assert(ne.size() >= 1 && ne.size() <= kMaxDims);
+  std::array<int64_t, kMaxDims> shape{1, 1, 1, 1};
+  std::copy(ne.begin(), ne.end(), shape.begin());
+  return make_like(type, shape, op, std::move(name));
+}
+
+Tensor* Graph::input(DType type, std::initializer_list<int64_t> ne, std::string name) {
+  return make(type, ne, Op::kNone, std::move(name));
+}
+
+Tensor* Graph::external(DType type, std::initializer_list<int64_t> ne, void* data, std::string name) {
+  Tensor* t = make(type, ne, Op::kNone, std::move(name));
+  t->data = data;
+  return t;
+}
+
+Tensor* Graph::reshape(Tensor* a, std::initializer_list<int64_t> ne) {
+  assert(a->is_contiguous());
+  Tensor* t = make(a->type, ne, Op::kView, a->name);
+  assert(t->n_elements() == a->n_elements());
+  t->src[0] = a;
+  return t;
+}
+
+Tensor* Graph::rows(Tensor* a, int64_t first, int64_t count) {
+  assert(a->is_contiguous() && first >= 0 && first + count <= a->n_rows());
+  Tensor* t = make(a->type, {a->ne[0], count}, Op::kView, a->name);
+  t->src[0] = a;
+  t->view_offset = static_cast<size_t>(first) * a->nb[1];
+  return t;
+}
+
+Tensor* Graph::get_rows(Tensor* table, Tensor* ids) {
+  assert(ids->type == DType::I32);
+  Tensor* t = make(DType::F32, {table->ne[0], ids->n_elements()}, Op::kGetRows, "get_rows");
+  t->src = {table, ids};
+  return t;
+}
+
+Tensor* Graph::mul_mat(Tensor* w, Tensor* x) {
+  assert(w->ne[0] == x->ne[0] && x->type == DType::F32);
+  Tensor* t = make(DType::F32, {w->ne[1], x->n_rows()}, Op::kMulMat, w->name);
+  t->src = {w, x};
+  return t;
+}
+
+Tensor* Graph::add(Tensor* a, Tensor* b) {
+  assert(a->ne[0] == b->ne[0] && a->n_rows() % b->n_rows() == 0);
+  Tensor* t = make_like(DType::F32, a->ne, Op::kAdd, "add");
+  t->src = {a, b};
+  return t;
+}
+
+Tensor* Graph::mul(Tensor* a, Tensor* b) {
+  assert(a->ne[0] == b->ne[0] && a->n_rows() % b->n_rows() == 0);
+  Tensor* t = make_like(DType::F32, a->ne, Op::kMul, "mul");
+  t->src = {a, b};
+  return t;
+}
+
+Tensor* Graph::scale(Tensor* a, float s) {
+  Tensor* t = make_like(DType::F32, a->ne, Op::kScale, "scale");
+  t->src[0] = a;
+  t->params.f[0] = s;
+  return t;
+}
+
+Tensor* Graph::rms_norm(Tensor* a, Tensor* weight, float eps) {
+  assert(weight == nullptr || weight->ne[0] == a->ne[0]);
+  Tensor* t = make_like(DType::F32, a->ne, Op::kRmsNorm, "rms_norm");
+  t->src = {a, weight};
+  t->params.f[0] = eps;
+  return t;
+}
+
+Tensor* Graph::rope(Tensor* a, Tensor* positions, const RopeParams& p) {
+  assert(positions->type == DType::I32 && positions->n_elements() == a->ne[2]);
+  assert(p.n_rot % 2 == 0 && p.n_rot <= a->ne[0]);
+  Tensor* t = make_like(DType::F32, a->ne, Op::kRope, "rope");
+  t->src = {a, positions};
+  t->params.i = {static_cast<int32_t>(p.mode), p.n_rot, static_cast<int32_t>(p.scaling), p.original_ctx};
+  t->params.f = {p.freq_base, p.factor, p.low_freq_factor, p.high_freq_factor, p.beta_fast, p.beta_slow,
+                 p.attn_factor};
+  return t;
+}
+
+Tensor* Graph::swiglu(Tensor* gate, Tensor* up) {
+  assert(gate->ne == up->ne);
+  Tensor* t = make_like(DType::F32, gate->ne, Op::kSwiglu, "swiglu");
+  t->src = {gate, up};
+  return t;
+}
+
+Tensor* Graph::kv_write(Tensor* cache, Tensor* rows, Tensor* slots) {
+  assert(rows->ne[0] == cache->ne[0] && slots->n_elements() == rows->n_rows());
+  Tensor* t = make_like(cache->type, cache->ne, Op::kKvWrite, cache->name);
+  t->src = {cache, rows, slots};
+  return t;
+}
+
+Tensor* Graph::attention(Tensor* q, Tensor* k_cache, Tensor* v_cache, Tensor* positions, Tensor* token_seq,
+                         Tensor* block_table, const AttentionParams& p) {
+  assert(q->ne[1] % p.n_kv_head == 0 && k_cache->ne[0] == q->ne[0] * p.n_kv_head);
+  Tensor* t = make(DType::F32, {q->ne[0] * q->ne[1], q->ne[2]}, Op::kAttention, "attention");
+  t->src = {q, k_cache, v_cache, positions, token_seq, block_table};
+  t->params.i[0] = p.n_kv_head;
+  t->params.i[1] = p.block_size;
+  t->params.f[0] = p.scale;
+  return t;
+}
+
+Tensor* Graph::copy(Tensor* a, DType type) {
+  Tensor* t = make_like(type, a->ne, Op::kCopy, "copy");
+  t->src[0] = a;
+  return t;
+}
+
+void Graph::visit(Tensor* t) {
+  if (!visited_.insert(t).second) return;
+  for (Tensor* s : t->src)
+    if (s != nullptr) visit(s);
+  (t->op == Op::kNone ? leaves_ : nodes_).push_back(t);
+}
+
+void Graph::build(Tensor* out) {
+  visit(out);
+  outputs_.push_back(out);
+}
+
+}  // namespace kite

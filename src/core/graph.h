@@ -1,0 +1,94 @@
+// kite/src/core/graph.h — a DAG of ops, built once per batch shape.
+//
+// The Graph owns its tensors (an arena; pointers stay valid for the graph's life). Builder
+// methods check shapes with assertions — shapes come from our own model code, not from users —
+// and return the new node. `build(out)` orders every node that `out` depends on topologically;
+// backends then execute `nodes()` in that order. Leaves (inputs, weights, caches) get their bytes
+// from outside: weights point into the file mapping, inputs and activations are placed by the
+// memory planner.
+#pragma once
+
+#include <deque>
+#include <initializer_list>
+#include <string>
+#include <unordered_set>
+#include <vector>
+
+#include "src/core/tensor.h"
+
+namespace kite {
+
+struct RopeParams {
+  RopeMode mode = RopeMode::kNeox;
+  int32_t n_rot = 0;         // rotated dimensions (the head dim for the supported models)
+  float freq_base = 10000.f;
+  RopeScaling scaling = RopeScaling::kNone;
+  float factor = 1.f;        // linear / llama3 / yarn factor
+  float low_freq_factor = 1.f, high_freq_factor = 4.f;  // llama3
+  int32_t original_ctx = 0;  // llama3 / yarn
+  float beta_fast = 32.f, beta_slow = 1.f;              // yarn
+  float attn_factor = 1.f;   // yarn magnitude scaling (mscale)
+};
+
+struct AttentionParams {
+  int32_t n_kv_head = 1;
+  int32_t block_size = 16;  // KV positions per block
+  float scale = 1.f;        // usually 1/sqrt(head_dim)
+};
+
+class Graph {
+ public:
+  Graph() = default;
+  Graph(const Graph&) = delete;
+  Graph& operator=(const Graph&) = delete;
+
+  // Leaves.
+  Tensor* input(DType type, std::initializer_list<int64_t> ne, std::string name);
+  // A tensor whose bytes live elsewhere (a weight in the mapping, a KV cache): not owned.
+  Tensor* external(DType type, std::initializer_list<int64_t> ne, void* data, std::string name);
+
+  // Views (no copy).
+  Tensor* reshape(Tensor* a, std::initializer_list<int64_t> ne);
+  // Rows [first, first + count) of a 2-D (or flattened) tensor.
+  Tensor* rows(Tensor* a, int64_t first, int64_t count);
+
+  // Ops.
+  Tensor* get_rows(Tensor* table, Tensor* ids);
+  Tensor* mul_mat(Tensor* w, Tensor* x);
+  Tensor* add(Tensor* a, Tensor* b);
+  Tensor* mul(Tensor* a, Tensor* b);
+  Tensor* scale(Tensor* a, float s);
+  Tensor* rms_norm(Tensor* a, Tensor* weight, float eps);  // weight may be null
+  Tensor* rope(Tensor* a, Tensor* positions, const RopeParams& p);
+  Tensor* swiglu(Tensor* gate, Tensor* up);
+  Tensor* kv_write(Tensor* cache, Tensor* rows, Tensor* slots);
+  // q [head_dim, n_head, n_tokens]; k_cache/v_cache [head_dim * n_kv_head, n_slots] (results of
+  // kv_write, so the writes come first); positions/token_seq I32 [n_tokens]; block_table I32
+  // [max_blocks, n_seqs]. Token t (sequence s, position p) attends to positions 0..p of s.
+  // Result F32 [head_dim * n_head, n_tokens].
+  Tensor* attention(Tensor* q, Tensor* k_cache, Tensor* v_cache, Tensor* positions, Tensor* token_seq,
+                    Tensor* block_table, const AttentionParams& p);
+  Tensor* copy(Tensor* a, DType type);
+
+  // Orders everything `out` depends on; may be called for several outputs.
+  void build(Tensor* out);
+  const std::vector<Tensor*>& nodes() const { return nodes_; }
+  const std::vector<Tensor*>& leaves() const { return leaves_; }
+  const std::vector<Tensor*>& outputs() const { return outputs_; }
+
+ private:
+  Tensor* make(DType type, std::initializer_list<int64_t> ne, Op op, std::string name);
+  Tensor* make_like(DType type, const std::array<int64_t, kMaxDims>& ne, Op op, std::string name);
+  void visit(Tensor* t);
+
+  std::deque<Tensor> arena_;
+  std::vector<Tensor*> nodes_;
+  std::vector<Tensor*> leaves_;
+  std::vector<Tensor*> outputs_;
+  std::unordered_set<const Tensor*> visited_;
+};
+
+// True for ops that produce no new bytes: views, and kv_write (it writes into its cache).
+inline bool aliases_src0(Op op) { return op == Op::kView || op == Op::kKvWrite; }
+
+}  // namespace kite

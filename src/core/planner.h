@@ -1,0 +1,31 @@
+// kite/src/core/planner.h — memory planning of a graph's activations, once per graph shape.
+//
+// Every node that produces new bytes, and every input leaf without bytes, gets an offset in one
+// arena. A node's bytes are reused after its last reader (views and kv_write alias their root,
+// which then lives as long as they do); inputs and outputs live for the whole graph. The arena
+// is sized once and reused for every step of the same shape: no allocation per token.
+#pragma once
+
+#include <cstddef>
+#include <utility>
+#include <vector>
+
+#include "src/core/graph.h"
+
+namespace kite {
+
+class MemoryPlan {
+ public:
+  // Plans `g` (after build()); `alignment` is the byte alignment of every placement.
+  static MemoryPlan make(const Graph& g, size_t alignment = 64);
+
+  size_t arena_bytes() const { return arena_bytes_; }
+  // Points every planned tensor at base + its offset, and every view at its source's bytes.
+  void place(const Graph& g, uint8_t* base) const;
+
+ private:
+  size_t arena_bytes_ = 0;
+  std::vector<std::pair<Tensor*, size_t>> offsets_;
+};
+
+}  // namespace kite

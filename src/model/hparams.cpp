@@ -1,0 +1,65 @@
+#include "src/model/hparams.h"
+
+namespace kite {
+namespace {
+
+const char* const kSupported[] = {"llama", "qwen2", "qwen3"};
+
+}  // namespace
+
+Result<HParams> HParams::from(const WeightSource& src) {
+  const gguf::Metadata& m = src.metadata();
+  HParams hp;
+  KITE_ASSIGN_OR_RETURN(hp.arch, m.get<std::string>("general.architecture"));
+  bool supported = false;
+  for (const char* a : kSupported) supported |= hp.arch == a;
+  if (!supported)
+    return make_error(src.path(), ": architecture '", hp.arch, "' is not supported (supported: llama, qwen2, qwen3)");
+  const std::string p = hp.arch + ".";
+  KITE_ASSIGN_OR_RETURN(hp.n_embd, m.get_int(p + "embedding_length"));
+  KITE_ASSIGN_OR_RETURN(hp.n_layer, m.get_int(p + "block_count"));
+  KITE_ASSIGN_OR_RETURN(hp.n_head, m.get_int(p + "attention.head_count"));
+  KITE_ASSIGN_OR_RETURN(hp.n_ff, m.get_int(p + "feed_forward_length"));
+  hp.n_head_kv = m.has(p + "attention.head_count_kv") ? *m.get_int(p + "attention.head_count_kv") : hp.n_head;
+  hp.n_ctx_train = m.has(p + "context_length") ? *m.get_int(p + "context_length") : 4096;
+  if (hp.n_head <= 0 || hp.n_head_kv <= 0 || hp.n_head % hp.n_head_kv != 0 || hp.n_embd <= 0 || hp.n_layer <= 0)
+    return make_error(src.path(), ": inconsistent attention shape: ", hp.n_head, " heads, ", hp.n_head_kv,
+                      " kv heads, embedding ", hp.n_embd, ", ", hp.n_layer, " layers");
+  hp.head_dim = m.has(p + "attention.key_length") ? *m.get_int(p + "attention.key_length") : hp.n_embd / hp.n_head;
+  if (m.has(p + "attention.layer_norm_rms_epsilon"))
+    hp.rms_eps = static_cast<float>(*m.get_float(p + "attention.layer_norm_rms_epsilon"));
+
+  // Vocabulary: the embedding's row count is the truth; the key is optional.
+  const TensorInfo* emb = src.find_tensor("token_embd.weight");
+  if (emb == nullptr) return make_error(src.path(), ": missing tensor 'token_embd.weight'");
+  hp.n_vocab = emb->ne.size() >= 2 ? emb->ne[1] : 0;
+
+  RopeParams& r = hp.rope;
+  r.n_rot = static_cast<int32_t>(m.has(p + "rope.dimension_count") ? *m.get_int(p + "rope.dimension_count") : hp.head_dim);
+  if (m.has(p + "rope.freq_base")) r.freq_base = static_cast<float>(*m.get_float(p + "rope.freq_base"));
+  // llama.cpp permutes llama's Q/K rows for the interleaved rope; HF order uses neox.
+  r.mode = (hp.arch == "llama" && !src.qk_hf_order()) ? RopeMode::kNorm : RopeMode::kNeox;
+  if (auto type = m.get<std::string>(p + "rope.scaling.type")) {
+    const std::string& t = *type;
+    if (m.has(p + "rope.scaling.factor")) r.factor = static_cast<float>(*m.get_float(p + "rope.scaling.factor"));
+    if (m.has(p + "rope.scaling.original_context_length"))
+      r.original_ctx = static_cast<int32_t>(*m.get_int(p + "rope.scaling.original_context_length"));
+    if (t == "linear") {
+      r.scaling = RopeScaling::kLinear;
+    } else if (t == "yarn") {
+      r.scaling = RopeScaling::kYarn;
+      if (m.has(p + "rope.scaling.yarn_beta_fast")) r.beta_fast = static_cast<float>(*m.get_float(p + "rope.scaling.yarn_beta_fast"));
+      if (m.has(p + "rope.scaling.yarn_beta_slow")) r.beta_slow = static_cast<float>(*m.get_float(p + "rope.scaling.yarn_beta_slow"));
+      if (m.has(p + "rope.scaling.attn_factor")) r.attn_factor = static_cast<float>(*m.get_float(p + "rope.scaling.attn_factor"));
+    } else if (t == "llama3") {
+      r.scaling = RopeScaling::kLlama3;
+      if (m.has(p + "rope.scaling.low_freq_factor")) r.low_freq_factor = static_cast<float>(*m.get_float(p + "rope.scaling.low_freq_factor"));
+      if (m.has(p + "rope.scaling.high_freq_factor")) r.high_freq_factor = static_cast<float>(*m.get_float(p + "rope.scaling.high_freq_factor"));
+    } else if (t != "none") {
+      return make_error(src.path(), ": unsupported rope scaling type '", t, "'");
+    }
+  }
+  return hp;
+}
+
+}  // namespace kite

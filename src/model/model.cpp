@@ -1,0 +1,141 @@
+// Loading a model's weights and building its forward graph (llama, qwen2, qwen3 share it:
+// qwen2 adds Q/K/V biases, qwen3 per-head Q/K RMS norms).
+#include "src/model/model.h"
+
+#include <cmath>
+
+#include "src/base/half.h"
+
+namespace kite {
+
+Result<std::shared_ptr<Model>> Model::load(const std::string& path) {
+  KITE_ASSIGN_OR_RETURN(auto source, WeightSource::open(path));
+  return from_source(std::move(source));
+}
+
+Result<std::shared_ptr<Model>> Model::from_source(std::unique_ptr<WeightSource> source) {
+  std::shared_ptr<Model> m(new Model());
+  m->source_ = std::move(source);
+  KITE_ASSIGN_OR_RETURN(m->hp_, HParams::from(*m->source_));
+  KITE_TRY(m->load_weights());
+  return m;
+}
+
+Result<Tensor*> Model::weight(const std::string& name, bool required) {
+  const TensorInfo* info = source_->find_tensor(name);
+  if (info == nullptr) {
+    if (!required) return static_cast<Tensor*>(nullptr);
+    return make_error(source_->path(), ": missing tensor '", name, "'");
+  }
+  auto t = std::make_unique<Tensor>();
+  t->name = name;
+  t->type = info->type;
+  for (size_t d = 0; d < info->ne.size(); ++d) t->ne[d] = info->ne[d];
+  t->data = const_cast<uint8_t*>(info->data);
+  if (info->ne.size() == 1 && t->type != DType::F32) {
+    // Small 1-D tensors (norms, biases) become F32 rows.
+    const quant::TypeTraits* tr = quant::find_traits(t->type);
+    if (tr == nullptr || (tr->dequantize == nullptr && t->type != DType::F16 && t->type != DType::BF16))
+      return make_error(source_->path(), ": tensor '", name, "' has a type kite cannot read");
+    std::vector<float>& f = f32_copies_.emplace_back(static_cast<size_t>(t->ne[0]));
+    for (int64_t i = 0; i < t->ne[0]; ++i) {
+      if (t->type == DType::F16) f[static_cast<size_t>(i)] = fp16_to_fp32(reinterpret_cast<const uint16_t*>(info->data)[i]);
+      else if (t->type == DType::BF16) f[static_cast<size_t>(i)] = bf16_to_fp32(reinterpret_cast<const uint16_t*>(info->data)[i]);
+    }
+    if (t->type != DType::F16 && t->type != DType::BF16) tr->dequantize(info->data, f.data(), t->ne[0]);
+    t->type = DType::F32;
+    t->data = f.data();
+  }
+  t->nb = contiguous_strides(t->type, t->ne);
+  tensors_.push_back(std::move(t));
+  return tensors_.back().get();
+}
+
+Status Model::load_weights() {
+  const HParams& hp = hp_;
+  KITE_ASSIGN_OR_RETURN(tok_embd_, weight("token_embd.weight"));
+  KITE_ASSIGN_OR_RETURN(output_norm_, weight("output_norm.weight"));
+  KITE_ASSIGN_OR_RETURN(output_, weight("output.weight", false));
+  if (output_ == nullptr) output_ = tok_embd_;  // tied embeddings
+  const int64_t q_dim = hp.n_head * hp.head_dim, kv_dim = hp.n_head_kv * hp.head_dim;
+  auto expect = [&](Tensor* t, int64_t ne0, int64_t ne1) -> Status {
+    if (t != nullptr && (t->ne[0] != ne0 || t->ne[1] != ne1))
+      return make_error(source_->path(), ": tensor '", t->name, "' has shape [", t->ne[0], ", ", t->ne[1],
+                        "], expected [", ne0, ", ", ne1, "]");
+    return ok_status();
+  };
+  KITE_TRY(expect(tok_embd_, hp.n_embd, hp.n_vocab));
+  KITE_TRY(expect(output_, hp.n_embd, hp.n_vocab));
+  layers_.resize(static_cast<size_t>(hp.n_layer));
+  for (int64_t i = 0; i < hp.n_layer; ++i) {
+    LayerWeights& l = layers_[static_cast<size_t>(i)];
+    const std::string b = "blk." + std::to_string(i) + ".";
+    KITE_ASSIGN_OR_RETURN(l.attn_norm, weight(b + "attn_norm.weight"));
+    KITE_ASSIGN_OR_RETURN(l.wq, weight(b + "attn_q.weight"));
+    KITE_ASSIGN_OR_RETURN(l.wk, weight(b + "attn_k.weight"));
+    KITE_ASSIGN_OR_RETURN(l.wv, weight(b + "attn_v.weight"));
+    KITE_ASSIGN_OR_RETURN(l.wo, weight(b + "attn_output.weight"));
+    KITE_ASSIGN_OR_RETURN(l.bq, weight(b + "attn_q.bias", false));
+    KITE_ASSIGN_OR_RETURN(l.bk, weight(b + "attn_k.bias", false));
+    KITE_ASSIGN_OR_RETURN(l.bv, weight(b + "attn_v.bias", false));
+    KITE_ASSIGN_OR_RETURN(l.q_norm, weight(b + "attn_q_norm.weight", false));
+    KITE_ASSIGN_OR_RETURN(l.k_norm, weight(b + "attn_k_norm.weight", false));
+    KITE_ASSIGN_OR_RETURN(l.ffn_norm, weight(b + "ffn_norm.weight"));
+    KITE_ASSIGN_OR_RETURN(l.w_gate, weight(b + "ffn_gate.weight"));
+    KITE_ASSIGN_OR_RETURN(l.w_up, weight(b + "ffn_up.weight"));
+    KITE_ASSIGN_OR_RETURN(l.w_down, weight(b + "ffn_down.weight"));
+    KITE_TRY(expect(l.wq, hp.n_embd, q_dim));
+    KITE_TRY(expect(l.wk, hp.n_embd, kv_dim));
+    KITE_TRY(expect(l.wv, hp.n_embd, kv_dim));
+    KITE_TRY(expect(l.wo, q_dim, hp.n_embd));
+    KITE_TRY(expect(l.w_gate, hp.n_embd, hp.n_ff));
+    KITE_TRY(expect(l.w_up, hp.n_embd, hp.n_ff));
+    KITE_TRY(expect(l.w_down, hp.n_ff, hp.n_embd));
+  }
+  return ok_status();
+}
+
+Tensor* Model::build_forward(Graph& g, const ForwardInputs& in, const KvTensors& kv) const {
+  const HParams& hp = hp_;
+  const int64_t n = in.tokens->ne[0];
+  const int64_t hd = hp.head_dim;
+  AttentionParams ap;
+  ap.n_kv_head = static_cast<int32_t>(hp.n_head_kv);
+  ap.block_size = kv.block_size;
+  ap.scale = 1.f / std::sqrt(static_cast<float>(hd));
+
+  Tensor* x = g.get_rows(tok_embd_, in.tokens);  // [n_embd, n]
+  for (size_t il = 0; il < layers_.size(); ++il) {
+    const LayerWeights& l = layers_[il];
+    // Attention block: x += Wo · attention(rope(Wq·h), rope(Wk·h), Wv·h), h = norm(x).
+    Tensor* h = g.rms_norm(x, l.attn_norm, hp.rms_eps);
+    Tensor* q = g.mul_mat(l.wq, h);
+    Tensor* k = g.mul_mat(l.wk, h);
+    Tensor* v = g.mul_mat(l.wv, h);
+    if (l.bq != nullptr) q = g.add(q, l.bq);
+    if (l.bk != nullptr) k = g.add(k, l.bk);
+    if (l.bv != nullptr) v = g.add(v, l.bv);
+    q = g.reshape(q, {hd, hp.n_head, n});
+    k = g.reshape(k, {hd, hp.n_head_kv, n});
+    if (l.q_norm != nullptr) q = g.rms_norm(q, l.q_norm, hp.rms_eps);  // qwen3: per head
+    if (l.k_norm != nullptr) k = g.rms_norm(k, l.k_norm, hp.rms_eps);
+    q = g.rope(q, in.positions, hp.rope);
+    k = g.rope(k, in.positions, hp.rope);
+    Tensor* kc = g.kv_write(kv.k[il], g.reshape(k, {hd * hp.n_head_kv, n}), in.kv_slots);
+    Tensor* vc = g.kv_write(kv.v[il], v, in.kv_slots);
+    Tensor* a = g.attention(q, kc, vc, in.positions, in.token_seq, in.block_table, ap);
+    x = g.add(x, g.mul_mat(l.wo, a));
+    // Feed-forward block: x += W_down · (silu(W_gate·h) * W_up·h), h = norm(x).
+    h = g.rms_norm(x, l.ffn_norm, hp.rms_eps);
+    Tensor* f = g.swiglu(g.mul_mat(l.w_gate, h), g.mul_mat(l.w_up, h));
+    x = g.add(x, g.mul_mat(l.w_down, f));
+  }
+  // Only the rows whose logits are wanted go through the final norm and the LM head.
+  x = g.get_rows(x, in.out_rows);
+  x = g.rms_norm(x, output_norm_, hp.rms_eps);
+  Tensor* logits = g.mul_mat(output_, x);
+  g.build(logits);
+  return logits;
+}
+
+}  // namespace kite

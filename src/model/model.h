@@ -1,0 +1,80 @@
+// kite/src/model/model.h — a loaded model: hyperparameters and weights, shared read-only by
+// every context, plus the forward graph of its architecture.
+//
+// Weights stay where the WeightSource mapped them (the CPU computes straight from the mmap);
+// only the small 1-D tensors (norms, biases) are converted to F32 at load, since kernels read
+// them as float rows.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "formats/weight_source.h"
+#include "src/core/graph.h"
+#include "src/model/hparams.h"
+
+namespace kite {
+
+struct LayerWeights {
+  Tensor* attn_norm = nullptr;  // (n_embd)
+  Tensor* wq = nullptr;         // (n_embd, n_head * head_dim)
+  Tensor* wk = nullptr;         // (n_embd, n_head_kv * head_dim)
+  Tensor* wv = nullptr;         // (n_embd, n_head_kv * head_dim)
+  Tensor* wo = nullptr;         // (n_head * head_dim, n_embd)
+  Tensor* bq = nullptr;         // qwen2: (n_head * head_dim)
+  Tensor* bk = nullptr;
+  Tensor* bv = nullptr;
+  Tensor* q_norm = nullptr;     // qwen3: (head_dim)
+  Tensor* k_norm = nullptr;
+  Tensor* ffn_norm = nullptr;   // (n_embd)
+  Tensor* w_gate = nullptr;     // (n_embd, n_ff)
+  Tensor* w_up = nullptr;       // (n_embd, n_ff)
+  Tensor* w_down = nullptr;     // (n_ff, n_embd)
+};
+
+// The per-step inputs of the forward graph (I32 leaves the context fills before each run).
+struct ForwardInputs {
+  Tensor* tokens = nullptr;       // [n_tokens]
+  Tensor* positions = nullptr;    // [n_tokens]
+  Tensor* token_seq = nullptr;    // [n_tokens] sequence index into the block table
+  Tensor* kv_slots = nullptr;     // [n_tokens] physical KV slot of each token
+  Tensor* block_table = nullptr;  // [max_blocks, n_seqs]
+  Tensor* out_rows = nullptr;     // [n_outputs] token indices whose logits are wanted
+};
+
+// The KV storage a forward pass writes and reads: per layer a K and a V cache tensor
+// [head_dim * n_head_kv, n_slots].
+struct KvTensors {
+  std::vector<Tensor*> k;
+  std::vector<Tensor*> v;
+  int32_t block_size = 16;
+};
+
+class Model {
+ public:
+  static Result<std::shared_ptr<Model>> load(const std::string& path);
+  static Result<std::shared_ptr<Model>> from_source(std::unique_ptr<WeightSource> source);
+
+  const HParams& hparams() const { return hp_; }
+  const WeightSource& source() const { return *source_; }
+
+  // Builds the forward graph of one batch into `g`; returns the logits [n_vocab, n_outputs].
+  Tensor* build_forward(Graph& g, const ForwardInputs& in, const KvTensors& kv) const;
+
+ private:
+  Model() = default;
+  Result<Tensor*> weight(const std::string& name, bool required = true);
+  Status load_weights();
+
+  std::unique_ptr<WeightSource> source_;
+  HParams hp_;
+  std::vector<std::unique_ptr<Tensor>> tensors_;     // weight tensor descriptions
+  std::vector<std::vector<float>> f32_copies_;       // 1-D weights converted to F32
+  Tensor* tok_embd_ = nullptr;                       // (n_embd, n_vocab)
+  Tensor* output_norm_ = nullptr;                    // (n_embd)
+  Tensor* output_ = nullptr;                         // (n_embd, n_vocab); token_embd when tied
+  std::vector<LayerWeights> layers_;
+};
+
+}  // namespace kite

@@ -1,0 +1,134 @@
+#include "src/runtime/context.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace kite {
+
+struct Context::Step {
+  Graph graph;
+  ForwardInputs in;
+  Tensor* logits = nullptr;
+  MemoryPlan plan;
+};
+
+Context::~Context() = default;
+
+Result<std::unique_ptr<Context>> Context::create(std::shared_ptr<const Model> model, const ContextOptions& opts) {
+  std::unique_ptr<Context> c(new Context());
+  c->model_ = std::move(model);
+  c->opts_ = opts;
+  BackendOptions bo;
+  bo.n_threads = opts.n_threads;
+  KITE_ASSIGN_OR_RETURN(c->backend_, create_backend(opts.device, bo));
+  KvCacheOptions ko;
+  ko.n_ctx = opts.n_ctx;
+  ko.n_seqs = opts.n_seqs;
+  ko.type = opts.kv_type;
+  KITE_ASSIGN_OR_RETURN(c->kv_, KvCache::create(c->model_->hparams(), ko, *c->backend_));
+  return c;
+}
+
+Result<Context::Step*> Context::step_for(int64_t n_tokens, int64_t n_outputs) {
+  auto key = std::make_pair(n_tokens, n_outputs);
+  auto it = steps_.find(key);
+  if (it == steps_.end()) {
+    auto s = std::make_unique<Step>();
+    Graph& g = s->graph;
+    s->in.tokens = g.input(DType::I32, {n_tokens}, "tokens");
+    s->in.positions = g.input(DType::I32, {n_tokens}, "positions");
+    s->in.token_seq = g.input(DType::I32, {n_tokens}, "token_seq");
+    s->in.kv_slots = g.input(DType::I32, {n_tokens}, "kv_slots");
+    s->in.block_table = g.input(DType::I32, {kv_->max_blocks_per_seq(), kv_->n_seqs()}, "block_table");
+    s->in.out_rows = g.input(DType::I32, {n_outputs}, "out_rows");
+    s->logits = model_->build_forward(g, s->in, kv_->tensors());
+    for (Tensor* n : g.nodes())
+      if (!backend_->supports(*n))
+        return make_error(backend_->name(), ": op ", op_name(n->op), " on ", n->name, " (",
+                          quant::find_traits(n->src[0] ? n->src[0]->type : n->type)->name, ") is not supported");
+    s->plan = MemoryPlan::make(g);
+    it = steps_.emplace(key, std::move(s)).first;
+  }
+  Step* s = it->second.get();
+  if (!arena_ || arena_->size() < s->plan.arena_bytes()) {
+    arena_.reset();
+    KITE_ASSIGN_OR_RETURN(arena_, backend_->alloc(s->plan.arena_bytes()));
+  }
+  s->plan.place(s->graph, static_cast<uint8_t*>(arena_->base()));
+  return s;
+}
+
+Status Context::decode(std::span<const BatchToken> batch) {
+  if (batch.empty()) return make_error("decode: empty batch");
+  const HParams& hp = model_->hparams();
+  std::vector<int64_t> added(static_cast<size_t>(kv_->n_seqs()), 0);
+  int64_t n_out = 0;
+  for (const BatchToken& t : batch) {
+    if (t.seq < 0 || t.seq >= kv_->n_seqs()) return make_error("decode: sequence ", t.seq, " out of range");
+    if (t.token < 0 || t.token >= hp.n_vocab)
+      return make_error("decode: token id ", t.token, " is outside the vocabulary (", hp.n_vocab, " tokens)");
+    ++added[static_cast<size_t>(t.seq)];
+    n_out += t.logits ? 1 : 0;
+  }
+  if (n_out == 0) n_out = 1;  // the graph always ends in logits; keep the last token's
+  for (int32_t s = 0; s < kv_->n_seqs(); ++s)
+    if (added[static_cast<size_t>(s)] > 0) KITE_TRY(kv_->reserve(s, added[static_cast<size_t>(s)]));
+
+  KITE_ASSIGN_OR_RETURN(Step * step, step_for(static_cast<int64_t>(batch.size()), n_out));
+  auto* tokens = step->in.tokens->host<int32_t>();
+  auto* pos = step->in.positions->host<int32_t>();
+  auto* seq = step->in.token_seq->host<int32_t>();
+  auto* slots = step->in.kv_slots->host<int32_t>();
+  auto* out = step->in.out_rows->host<int32_t>();
+  std::vector<int64_t> next(static_cast<size_t>(kv_->n_seqs()));
+  for (int32_t s = 0; s < kv_->n_seqs(); ++s) next[static_cast<size_t>(s)] = kv_->seq_len(s);
+  int64_t o = 0;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const BatchToken& t = batch[i];
+    const int64_t p = next[static_cast<size_t>(t.seq)]++;
+    tokens[i] = t.token;
+    pos[i] = static_cast<int32_t>(p);
+    seq[i] = t.seq;
+    slots[i] = kv_->slot(t.seq, p);
+    if (t.logits) out[o++] = static_cast<int32_t>(i);
+  }
+  if (o == 0) out[o++] = static_cast<int32_t>(batch.size() - 1);
+  kv_->fill_block_table(step->in.block_table->host<int32_t>());
+
+  KITE_TRY(backend_->compute(step->graph.nodes()));
+  KITE_TRY(backend_->synchronize());
+  for (int32_t s = 0; s < kv_->n_seqs(); ++s) kv_->advance(s, added[static_cast<size_t>(s)]);
+
+  n_outputs_ = static_cast<size_t>(o);
+  logits_.resize(n_outputs_ * static_cast<size_t>(hp.n_vocab));
+  KITE_TRY(backend_->download(*step->logits, logits_.data(), logits_.size() * sizeof(float)));
+  logits_from_eval_ = false;
+  return ok_status();
+}
+
+std::span<const float> Context::logits(size_t i) const {
+  const size_t nv = static_cast<size_t>(model_->hparams().n_vocab);
+  const std::vector<float>& src = logits_from_eval_ ? all_logits_ : logits_;
+  return {src.data() + i * nv, nv};
+}
+
+Status Context::eval(std::span<const int32_t> tokens, int32_t seq, bool all_logits, size_t n_batch) {
+  if (tokens.empty()) return make_error("eval: no tokens");
+  const size_t nv = static_cast<size_t>(model_->hparams().n_vocab);
+  if (all_logits) all_logits_.resize(tokens.size() * nv);
+  std::vector<BatchToken> batch;
+  for (size_t start = 0; start < tokens.size(); start += n_batch) {
+    const size_t end = std::min(tokens.size(), start + n_batch);
+    batch.clear();
+    for (size_t i = start; i < end; ++i) batch.push_back({tokens[i], seq, all_logits || i + 1 == tokens.size()});
+    KITE_TRY(decode(batch));
+    if (all_logits) std::memcpy(all_logits_.data() + start * nv, logits_.data(), (end - start) * nv * sizeof(float));
+  }
+  if (all_logits) {
+    n_outputs_ = tokens.size();
+    logits_from_eval_ = true;
+  }
+  return ok_status();
+}
+
+}  // namespace kite

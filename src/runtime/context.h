@@ -1,0 +1,70 @@
+// kite/src/runtime/context.h — per-session state over a shared Model: the KV cache, the graphs
+// (one per batch shape, built once and reused), the activation arena and the backend.
+//
+// Thread-safety: a Context is used by one thread at a time; many Contexts may share a Model.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "src/core/backend.h"
+#include "src/core/planner.h"
+#include "src/kv/kv_cache.h"
+#include "src/model/model.h"
+
+namespace kite {
+
+struct ContextOptions {
+  int n_threads = 0;       // 0: all physical cores
+  int64_t n_ctx = 2048;    // positions per sequence
+  int32_t n_seqs = 1;
+  DType kv_type = DType::F16;
+  std::string device = "cpu";
+};
+
+// One token of a batch: appended at the end of sequence `seq`.
+struct BatchToken {
+  int32_t token = 0;
+  int32_t seq = 0;
+  bool logits = false;  // keep this token's logits
+};
+
+class Context {
+ public:
+  static Result<std::unique_ptr<Context>> create(std::shared_ptr<const Model> model, const ContextOptions& opts);
+  ~Context();
+
+  // Runs one model step over `batch`; afterwards logits(i) holds the logits of the i-th token
+  // that asked for them. On error nothing is appended to any sequence.
+  Status decode(std::span<const BatchToken> batch);
+  std::span<const float> logits(size_t i) const;
+  size_t n_outputs() const { return n_outputs_; }
+
+  // Convenience: appends `tokens` to `seq` in chunks of at most `n_batch`; keeps the logits of
+  // the last token, or of every token when `all_logits` (then logits(i) is token i's).
+  Status eval(std::span<const int32_t> tokens, int32_t seq = 0, bool all_logits = false, size_t n_batch = 512);
+
+  KvCache& kv() { return *kv_; }
+  const Model& model() const { return *model_; }
+
+ private:
+  struct Step;
+  Context() = default;
+  Result<Step*> step_for(int64_t n_tokens, int64_t n_outputs);
+
+  std::shared_ptr<const Model> model_;
+  ContextOptions opts_;
+  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<KvCache> kv_;
+  std::map<std::pair<int64_t, int64_t>, std::unique_ptr<Step>> steps_;
+  std::unique_ptr<Buffer> arena_;
+  std::vector<float> logits_;
+  std::vector<float> all_logits_;  // eval(all_logits): every token's logits
+  size_t n_outputs_ = 0;
+  bool logits_from_eval_ = false;
+};
+
+}  // namespace kite

@@ -1,0 +1,112 @@
+// The engine end to end on the CPU: every test model, from its safetensors folder and from its
+// f16 GGUF, against transformers' fp32 outputs in reference.json.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <nlohmann/json.hpp>
+
+#include "src/model/model.h"
+#include "src/runtime/context.h"
+#include "tests/testdata.h"
+
+using namespace kite;
+using namespace kite::test;
+
+namespace {
+
+int argmax(std::span<const float> v) {
+  return static_cast<int>(std::max_element(v.begin(), v.end()) - v.begin());
+}
+
+struct Case {
+  const char* model;
+  const char* gguf;
+};
+
+constexpr Case kCases[] = {
+    {"llama-target", nullptr},  // no f16 GGUF of the target in the test data
+    {"llama-draft", "gguf/llama-draft-f16.gguf"},
+    {"qwen2-tiny", "gguf/qwen2-tiny-f16.gguf"},
+    {"qwen3-tiny", "gguf/qwen3-tiny-f16.gguf"},
+};
+
+void check_against_reference(const std::string& path, const nlohmann::json& ref) {
+  INFO("model: ", path);
+  auto model = Model::load(path);
+  REQUIRE_MESSAGE(model.ok(), model.error().message);
+  ContextOptions opts;
+  opts.n_ctx = 256;
+  opts.kv_type = DType::F32;
+  auto ctx = Context::create(*model, opts);
+  REQUIRE_MESSAGE(ctx.ok(), ctx.error().message);
+  Context& c = **ctx;
+
+  for (const auto& p : ref["prompts"]) {
+    const auto ids = p["ids"].get<std::vector<int32_t>>();
+    c.kv().clear(0);
+    auto st = c.eval(ids, 0, /*all_logits=*/true);
+    REQUIRE_MESSAGE(st.ok(), st.error().message);
+    // Last-position logits within 0.02 of transformers' fp32.
+    const auto last = p["last_logits"].get<std::vector<float>>();
+    auto got = c.logits(ids.size() - 1);
+    float max_diff = 0.f;
+    for (size_t i = 0; i < last.size(); ++i) max_diff = std::max(max_diff, std::fabs(got[i] - last[i]));
+    CHECK_MESSAGE(max_diff < 0.02f, "prompt '", p["text"].get<std::string>().substr(0, 30), "' max |diff| ", max_diff);
+    // Top-1 at every position, except near-ties.
+    for (size_t i = 0; i < ids.size(); ++i) {
+      const auto top = p["top5_ids"][i];
+      const auto top_l = p["top5_logits"][i];
+      if (top_l[0].get<float>() - top_l[1].get<float>() < 0.05f) continue;
+      CHECK_MESSAGE(argmax(c.logits(i)) == top[0].get<int>(), "position ", i);
+    }
+    // 48 greedy tokens, continuing in the cache (no recompute), equal unless a near-tie
+    // made transformers and kite diverge.
+    const auto greedy = p["greedy_48"].get<std::vector<int>>();
+    auto cur = c.logits(ids.size() - 1);
+    int next = argmax(cur);
+    for (size_t i = 0; i < greedy.size(); ++i) {
+      if (next != greedy[i]) {
+        std::vector<float> v(cur.begin(), cur.end());
+        std::nth_element(v.begin(), v.begin() + 1, v.end(), std::greater<float>());
+        CHECK_MESSAGE(v[0] - v[1] < 0.05f, "greedy token ", i, ": ", next, " != ", greedy[i]);
+        break;
+      }
+      const int32_t tok = next;
+      REQUIRE(c.eval(std::span<const int32_t>(&tok, 1), 0).ok());
+      cur = c.logits(0);
+      next = argmax(cur);
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("model: logits, top-1 and greedy match transformers (safetensors and f16 GGUF)") {
+  for (const Case& k : kCases) {
+    const std::string dir = testdata(std::string("models/") + k.model);
+    const auto ref = nlohmann::json::parse(read_file(dir + "/reference.json"));
+    check_against_reference(dir, ref);
+    if (k.gguf != nullptr) check_against_reference(testdata(k.gguf), ref);
+  }
+}
+
+TEST_CASE("model: bad token ids and a full context are errors, not crashes") {
+  auto model = Model::load(testdata("gguf/llama-draft-f16.gguf"));
+  REQUIRE(model.ok());
+  ContextOptions opts;
+  opts.n_ctx = 8;
+  auto ctx = Context::create(*model, opts);
+  REQUIRE(ctx.ok());
+  const std::vector<int32_t> bad = {1, 99999};
+  auto st = (*ctx)->eval(bad);
+  REQUIRE_FALSE(st.ok());
+  CHECK(st.error().message.find("outside the vocabulary") != std::string::npos);
+  const std::vector<int32_t> long_prompt(9, 5);
+  auto full = (*ctx)->eval(long_prompt);
+  REQUIRE_FALSE(full.ok());
+  CHECK(full.error().message.find("context full") != std::string::npos);
+  // The context still works after the errors.
+  const std::vector<int32_t> ok = {0, 5, 6};
+  CHECK((*ctx)->eval(ok).ok());
+}
