@@ -91,11 +91,12 @@ Tensor* Graph::rms_norm(Tensor* a, Tensor* weight, float eps) {
   return t;
 }
 
-Tensor* Graph::rope(Tensor* a, Tensor* positions, const RopeParams& p) {
+Tensor* Graph::rope(Tensor* a, Tensor* positions, const RopeParams& p, Tensor* freq_factors) {
+  assert(freq_factors == nullptr || freq_factors->ne[0] * 2 >= p.n_rot);
   assert(positions->type == DType::I32 && positions->n_elements() == a->ne[2]);
   assert(p.n_rot % 2 == 0 && p.n_rot <= a->ne[0]);
   Tensor* t = make_like(DType::F32, a->ne, Op::kRope, "rope");
-  t->src = {a, positions};
+  t->src = {a, positions, freq_factors};
   t->params.i = {static_cast<int32_t>(p.mode), p.n_rot, static_cast<int32_t>(p.scaling), p.original_ctx};
   t->params.f = {p.freq_base, p.factor, p.low_freq_factor, p.high_freq_factor, p.beta_fast, p.beta_slow,
                  p.attn_factor};

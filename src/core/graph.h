@@ -59,7 +59,9 @@ class Graph {
   Tensor* mul(Tensor* a, Tensor* b);
   Tensor* scale(Tensor* a, float s);
   Tensor* rms_norm(Tensor* a, Tensor* weight, float eps);  // weight may be null
-  Tensor* rope(Tensor* a, Tensor* positions, const RopeParams& p);
+  // freq_factors (optional, F32 [n_rot/2]): per-pair divisors of the frequency (llama3 scaling
+  // as llama.cpp stores it, the rope_freqs.weight tensor).
+  Tensor* rope(Tensor* a, Tensor* positions, const RopeParams& p, Tensor* freq_factors = nullptr);
   Tensor* swiglu(Tensor* gate, Tensor* up);
   Tensor* kv_write(Tensor* cache, Tensor* rows, Tensor* slots);
   // q [head_dim, n_head, n_tokens]; k_cache/v_cache [head_dim * n_kv_head, n_slots] (results of

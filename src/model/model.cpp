@@ -57,6 +57,10 @@ Status Model::load_weights() {
   KITE_ASSIGN_OR_RETURN(output_norm_, weight("output_norm.weight"));
   KITE_ASSIGN_OR_RETURN(output_, weight("output.weight", false));
   if (output_ == nullptr) output_ = tok_embd_;  // tied embeddings
+  KITE_ASSIGN_OR_RETURN(rope_freqs_, weight("rope_freqs.weight", false));
+  if (rope_freqs_ != nullptr && rope_freqs_->ne[0] * 2 < hp.rope.n_rot)
+    return make_error(source_->path(), ": rope_freqs.weight has ", rope_freqs_->ne[0], " entries, expected ",
+                      hp.rope.n_rot / 2);
   const int64_t q_dim = hp.n_head * hp.head_dim, kv_dim = hp.n_head_kv * hp.head_dim;
   auto expect = [&](Tensor* t, int64_t ne0, int64_t ne1) -> Status {
     if (t != nullptr && (t->ne[0] != ne0 || t->ne[1] != ne1))
@@ -104,36 +108,44 @@ Tensor* Model::build_forward(Graph& g, const ForwardInputs& in, const KvTensors&
   ap.block_size = kv.block_size;
   ap.scale = 1.f / std::sqrt(static_cast<float>(hd));
 
+  // Names ("l3.attn_out") make --dump-ops output readable.
+  auto nm = [](Tensor* t, size_t il, const char* what) {
+    t->name = "l" + std::to_string(il) + "." + what;
+    return t;
+  };
   Tensor* x = g.get_rows(tok_embd_, in.tokens);  // [n_embd, n]
+  x->name = "embd";
   for (size_t il = 0; il < layers_.size(); ++il) {
     const LayerWeights& l = layers_[il];
     // Attention block: x += Wo · attention(rope(Wq·h), rope(Wk·h), Wv·h), h = norm(x).
-    Tensor* h = g.rms_norm(x, l.attn_norm, hp.rms_eps);
-    Tensor* q = g.mul_mat(l.wq, h);
-    Tensor* k = g.mul_mat(l.wk, h);
-    Tensor* v = g.mul_mat(l.wv, h);
-    if (l.bq != nullptr) q = g.add(q, l.bq);
-    if (l.bk != nullptr) k = g.add(k, l.bk);
-    if (l.bv != nullptr) v = g.add(v, l.bv);
+    Tensor* h = nm(g.rms_norm(x, l.attn_norm, hp.rms_eps), il, "attn_norm");
+    Tensor* q = nm(g.mul_mat(l.wq, h), il, "q");
+    Tensor* k = nm(g.mul_mat(l.wk, h), il, "k");
+    Tensor* v = nm(g.mul_mat(l.wv, h), il, "v");
+    if (l.bq != nullptr) q = nm(g.add(q, l.bq), il, "q_bias");
+    if (l.bk != nullptr) k = nm(g.add(k, l.bk), il, "k_bias");
+    if (l.bv != nullptr) v = nm(g.add(v, l.bv), il, "v_bias");
     q = g.reshape(q, {hd, hp.n_head, n});
     k = g.reshape(k, {hd, hp.n_head_kv, n});
-    if (l.q_norm != nullptr) q = g.rms_norm(q, l.q_norm, hp.rms_eps);  // qwen3: per head
-    if (l.k_norm != nullptr) k = g.rms_norm(k, l.k_norm, hp.rms_eps);
-    q = g.rope(q, in.positions, hp.rope);
-    k = g.rope(k, in.positions, hp.rope);
+    if (l.q_norm != nullptr) q = nm(g.rms_norm(q, l.q_norm, hp.rms_eps), il, "q_norm");  // qwen3: per head
+    if (l.k_norm != nullptr) k = nm(g.rms_norm(k, l.k_norm, hp.rms_eps), il, "k_norm");
+    q = nm(g.rope(q, in.positions, hp.rope, rope_freqs_), il, "q_rope");
+    k = nm(g.rope(k, in.positions, hp.rope, rope_freqs_), il, "k_rope");
     Tensor* kc = g.kv_write(kv.k[il], g.reshape(k, {hd * hp.n_head_kv, n}), in.kv_slots);
     Tensor* vc = g.kv_write(kv.v[il], v, in.kv_slots);
-    Tensor* a = g.attention(q, kc, vc, in.positions, in.token_seq, in.block_table, ap);
-    x = g.add(x, g.mul_mat(l.wo, a));
+    Tensor* a = nm(g.attention(q, kc, vc, in.positions, in.token_seq, in.block_table, ap), il, "attn");
+    x = nm(g.add(x, nm(g.mul_mat(l.wo, a), il, "attn_out")), il, "attn_res");
     // Feed-forward block: x += W_down · (silu(W_gate·h) * W_up·h), h = norm(x).
-    h = g.rms_norm(x, l.ffn_norm, hp.rms_eps);
-    Tensor* f = g.swiglu(g.mul_mat(l.w_gate, h), g.mul_mat(l.w_up, h));
-    x = g.add(x, g.mul_mat(l.w_down, f));
+    h = nm(g.rms_norm(x, l.ffn_norm, hp.rms_eps), il, "ffn_norm");
+    Tensor* f = nm(g.swiglu(nm(g.mul_mat(l.w_gate, h), il, "gate"), nm(g.mul_mat(l.w_up, h), il, "up")), il, "swiglu");
+    x = nm(g.add(x, nm(g.mul_mat(l.w_down, f), il, "ffn_out")), il, "ffn_res");
   }
   // Only the rows whose logits are wanted go through the final norm and the LM head.
   x = g.get_rows(x, in.out_rows);
   x = g.rms_norm(x, output_norm_, hp.rms_eps);
+  x->name = "output_norm";
   Tensor* logits = g.mul_mat(output_, x);
+  logits->name = "logits";
   g.build(logits);
   return logits;
 }

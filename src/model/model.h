@@ -74,6 +74,7 @@ class Model {
   Tensor* tok_embd_ = nullptr;                       // (n_embd, n_vocab)
   Tensor* output_norm_ = nullptr;                    // (n_embd)
   Tensor* output_ = nullptr;                         // (n_embd, n_vocab); token_embd when tied
+  Tensor* rope_freqs_ = nullptr;                     // (head_dim / 2) llama3 frequency divisors, optional
   std::vector<LayerWeights> layers_;
 };
 

@@ -23,6 +23,10 @@ struct ContextOptions {
   int32_t n_seqs = 1;
   DType kv_type = DType::F16;
   std::string device = "cpu";
+  // Debug: print every op whose name or op contains this filter ("*" for all) with its shape
+  // and statistics to stderr, op by op; with dump_dir, also write each as raw F32 (.f32).
+  std::string dump_ops;
+  std::string dump_dir;
 };
 
 // One token of a batch: appended at the end of sequence `seq`.
@@ -54,6 +58,7 @@ class Context {
   struct Step;
   Context() = default;
   Result<Step*> step_for(int64_t n_tokens, int64_t n_outputs);
+  Status compute_with_dump(const Graph& g);
 
   std::shared_ptr<const Model> model_;
   ContextOptions opts_;

@@ -1,0 +1,201 @@
+// kite bench — llama-bench style prompt processing (pp) and generation (tg) speed, with the
+// achieved bandwidth of generation against this machine's measured read bandwidth.
+//   kite bench -m MODEL [-p 512] [-n 128] [-r 3] [-t N]
+//   kite bench --synthetic llama-1b --type q4_K [--write-gguf OUT.gguf]
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <iostream>
+#include <numeric>
+#include <random>
+#include <thread>
+
+#include "backends/cpu/threadpool.h"
+#include "src/model/synthetic.h"
+#include "tools/commands.h"
+#include "tools/common.h"
+
+namespace kite::tools {
+namespace {
+
+struct BenchArgs {
+  std::string model;
+  std::string synthetic;
+  std::string type = "f16";
+  std::string write_gguf;
+  int n_prompt = 512;
+  int n_gen = 128;
+  int reps = 3;
+  int threads = 0;
+  bool json = false;
+};
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Multi-threaded streaming read of a buffer much larger than the caches: the bound decode cannot
+// beat. Returns GB/s (1e9 bytes), best of three.
+double measure_read_bandwidth(int n_threads) {
+  const size_t bytes = size_t{1} << 30;
+  std::vector<uint64_t> buf(bytes / 8);
+  for (size_t i = 0; i < buf.size(); i += 512) buf[i] = i;  // touch every page
+  double best = 0;
+  for (int rep = 0; rep < 3; ++rep) {
+    std::vector<uint64_t> sums(static_cast<size_t>(n_threads));
+    std::vector<std::thread> ts;
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int t = 0; t < n_threads; ++t)
+      ts.emplace_back([&, t] {
+        const size_t n = buf.size() / static_cast<size_t>(n_threads);
+        const uint64_t* p = buf.data() + static_cast<size_t>(t) * n;
+        uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+        for (size_t i = 0; i + 4 <= n; i += 4) s0 += p[i], s1 += p[i + 1], s2 += p[i + 2], s3 += p[i + 3];
+        sums[static_cast<size_t>(t)] = s0 + s1 + s2 + s3;
+      });
+    for (auto& t : ts) t.join();
+    const double s = seconds_since(t0);
+    if (std::accumulate(sums.begin(), sums.end(), uint64_t{0}) == 1) std::cerr << "";  // keep the reads
+    best = std::max(best, static_cast<double>(bytes) / s / 1e9);
+  }
+  return best;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+}
+
+int run_bench(const BenchArgs& a) {
+  std::unique_ptr<WeightSource> source;
+  if (!a.synthetic.empty()) {
+    const quant::TypeTraits* tr = quant::find_traits(a.type);
+    if (tr == nullptr) {
+      std::cerr << "kite bench: unknown weight type '" << a.type << "'\n";
+      return kExitUsage;
+    }
+    std::cerr << "kite bench: building synthetic " << a.synthetic << " (" << tr->name << ")\n";
+    auto s = make_synthetic(a.synthetic, tr->type);
+    if (!s) {
+      std::cerr << "kite bench: " << s.error().message << "\n";
+      return kExitFailure;
+    }
+    source = std::move(*s);
+  } else {
+    auto s = WeightSource::open(a.model);
+    if (!s) {
+      std::cerr << "kite bench: " << s.error().message << "\n";
+      return kExitFailure;
+    }
+    source = std::move(*s);
+  }
+  if (!a.write_gguf.empty()) {
+    Progress progress("writing " + a.write_gguf);
+    auto st = write_gguf(*source, a.write_gguf, [&](size_t d, size_t t) { progress.update(static_cast<int64_t>(d), static_cast<int64_t>(t)); });
+    progress.finish();
+    if (!st) {
+      std::cerr << "kite bench: " << st.error().message << "\n";
+      return kExitFailure;
+    }
+    std::cerr << "kite bench: wrote " << a.write_gguf << "\n";
+    if (a.n_prompt == 0 && a.n_gen == 0) return kExitOk;
+  }
+  uint64_t weight_bytes = 0, decode_bytes = 0, params = 0;
+  for (const auto& t : source->tensors()) {
+    weight_bytes += t.nbytes;
+    params += static_cast<uint64_t>(t.n_elements());
+    if (t.name != "token_embd.weight" || source->find_tensor("output.weight") == nullptr) decode_bytes += t.nbytes;
+  }
+  const std::string name = source->path();
+  auto model = Model::from_source(std::move(source));
+  if (!model) {
+    std::cerr << "kite bench: " << model.error().message << "\n";
+    return kExitFailure;
+  }
+  ContextOptions opts;
+  opts.n_threads = a.threads;
+  opts.n_ctx = std::max(16, a.n_prompt + a.n_gen);
+  auto ctx = Context::create(*model, opts);
+  if (!ctx) {
+    std::cerr << "kite bench: " << ctx.error().message << "\n";
+    return kExitFailure;
+  }
+  const int threads = a.threads > 0 ? a.threads : cpu::ThreadPool::physical_cores();
+  const double bw = measure_read_bandwidth(threads);
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<int32_t> tok(3, static_cast<int32_t>((*model)->hparams().n_vocab - 1));
+  std::vector<int32_t> prompt(static_cast<size_t>(a.n_prompt));
+  for (auto& t : prompt) t = tok(rng);
+
+  Context& c = **ctx;
+  std::vector<double> pp, tg;
+  auto fail = [](const Status& st) {
+    std::cerr << "kite bench: " << st.error().message << "\n";
+    return kExitFailure;
+  };
+  // One warm-up of each (builds the graphs, faults in the weights), then the repetitions.
+  for (int rep = -1; rep < a.reps; ++rep) {
+    if (a.n_prompt > 0) {
+      c.kv().clear(0);
+      const auto t0 = std::chrono::steady_clock::now();
+      if (auto st = c.eval(prompt, 0, false, static_cast<size_t>(a.n_prompt)); !st) return fail(st);
+      if (rep >= 0) pp.push_back(a.n_prompt / seconds_since(t0));
+    }
+    if (a.n_gen > 0) {
+      c.kv().clear(0);
+      int32_t next = 1;
+      const auto t0 = std::chrono::steady_clock::now();
+      for (int i = 0; i < a.n_gen; ++i) {
+        if (auto st = c.eval(std::span<const int32_t>(&next, 1)); !st) return fail(st);
+        next = tok(rng);
+      }
+      if (rep >= 0) tg.push_back(a.n_gen / seconds_since(t0));
+    }
+  }
+  const double pp_ts = pp.empty() ? 0 : median(pp), tg_ts = tg.empty() ? 0 : median(tg);
+  const double tg_gbs = tg_ts * static_cast<double>(decode_bytes) / 1e9;
+  if (a.json) {
+    std::printf("{\"model\": \"%s\", \"bytes\": %llu, \"params\": %llu, \"threads\": %d, \"pp\": %d, \"pp_ts\": %.2f, "
+                "\"tg\": %d, \"tg_ts\": %.2f, \"tg_gbs\": %.2f, \"read_gbs\": %.2f}\n",
+                name.c_str(), static_cast<unsigned long long>(weight_bytes), static_cast<unsigned long long>(params),
+                threads, a.n_prompt, pp_ts, a.n_gen, tg_ts, tg_gbs, bw);
+    return kExitOk;
+  }
+  std::printf("| model | size | params | threads | test | t/s | GB/s |\n|---|---:|---:|---:|---|---:|---:|\n");
+  if (!pp.empty())
+    std::printf("| %s | %.2f GiB | %.2f B | %d | pp%d | %.2f | |\n", name.c_str(), weight_bytes / double(1ull << 30),
+                params / 1e9, threads, a.n_prompt, pp_ts);
+  if (!tg.empty())
+    std::printf("| %s | %.2f GiB | %.2f B | %d | tg%d | %.2f | %.1f (%.0f%% of %.1f) |\n", name.c_str(),
+                weight_bytes / double(1ull << 30), params / 1e9, threads, a.n_gen, tg_ts, tg_gbs, 100 * tg_gbs / bw, bw);
+  std::printf("(median of %d; machine read bandwidth %.1f GB/s, %d threads)\n", a.reps, bw, threads);
+  return kExitOk;
+}
+
+}  // namespace
+
+void register_bench(CLI::App& app, Action* run) {
+  auto* cmd = app.add_subcommand("bench", "Prompt processing and generation speed (llama-bench style)");
+  auto a = std::make_shared<BenchArgs>();
+  auto* m = cmd->add_option("-m,--model", a->model, "A GGUF file or a Hugging Face folder");
+  auto* s = cmd->add_option("--synthetic", a->synthetic, "A random-weight model: tiny, llama-1b, llama-3b, llama-8b");
+  m->excludes(s);
+  cmd->add_option("--type", a->type, "Weight type of the synthetic model (f16, q4_0, q4_K, q8_0, ...)");
+  cmd->add_option("--write-gguf", a->write_gguf, "Also write the model as this GGUF file");
+  cmd->add_option("-p,--n-prompt", a->n_prompt, "Prompt tokens (pp test; 0: skip)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("-n,--n-gen", a->n_gen, "Generated tokens (tg test; 0: skip)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("-r,--repetitions", a->reps, "Repetitions (the median is reported)")->check(CLI::PositiveNumber);
+  cmd->add_option("-t,--threads", a->threads, "Threads (default: all physical cores)")->check(CLI::NonNegativeNumber);
+  cmd->add_flag("--json", a->json, "Print one JSON line");
+  cmd->callback([run, a, cmd] {
+    *run = [a, cmd] {
+      if (a->model.empty() && a->synthetic.empty()) {
+        std::cerr << "kite bench: give -m MODEL or --synthetic NAME\n";
+        return kExitUsage;
+      }
+      return run_bench(*a);
+    };
+  });
+}
+
+}  // namespace kite::tools

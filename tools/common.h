@@ -1,0 +1,57 @@
+// kite/tools/common.h — flags that mean the same in every subcommand, and loading a model with
+// them.
+#pragma once
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "src/model/model.h"
+#include "src/runtime/context.h"
+#include "src/runtime/sampler.h"
+#include "src/runtime/tokenizer.h"
+
+namespace kite::tools {
+
+struct ModelArgs {
+  std::string model;
+  int threads = 0;
+  int64_t ctx = 2048;
+  std::string device = "cpu";
+  std::string kv_type = "f16";
+  std::string dump_ops;
+  std::string dump_dir;
+};
+
+// -m/--model (required), -t/--threads, -c/--ctx, --device, --kv-type.
+void add_model_flags(CLI::App* cmd, ModelArgs* a);
+// --temp, --top-k, --top-p, --min-p, --seed.
+void add_sampling_flags(CLI::App* cmd, SamplerParams* p);
+
+struct Loaded {
+  std::shared_ptr<const Model> model;
+  std::shared_ptr<const Tokenizer> tokenizer;
+  std::unique_ptr<Context> ctx;
+};
+
+// Loads model, tokenizer and a context; an error names what failed.
+Result<Loaded> load_model(const ModelArgs& a, int32_t n_seqs = 1);
+
+// A one-line progress bar on stderr, drawn only when stderr is a terminal.
+class Progress {
+ public:
+  explicit Progress(std::string label) : label_(std::move(label)), tty_(::isatty(2) != 0) {}
+  void update(int64_t done, int64_t total);
+  void finish();
+
+ private:
+  std::string label_;
+  bool tty_;
+  bool drawn_ = false;
+};
+
+}  // namespace kite::tools
