@@ -1,0 +1,137 @@
+// WeightSource implementations: a GGUF file as written, and a Hugging Face folder translated
+// to GGUF keys and tensor names (see hf_config.h, hf_tokenizer.h, hf_names.h).
+#include "formats/weight_source.h"
+
+#include <filesystem>
+#include <unordered_map>
+
+#include "formats/hf_config.h"
+#include "formats/hf_names.h"
+#include "formats/hf_tokenizer.h"
+#include "formats/safetensors.h"
+
+namespace kite {
+namespace {
+
+namespace fs = std::filesystem;
+
+class GgufSource final : public WeightSource {
+ public:
+  explicit GgufSource(gguf::File file) : file_(std::move(file)) {}
+
+  std::string_view format() const override { return "gguf"; }
+  const std::string& path() const override { return file_.path(); }
+  const gguf::Metadata& metadata() const override { return file_.metadata(); }
+  const std::vector<TensorInfo>& tensors() const override { return file_.tensors(); }
+  const TensorInfo* find_tensor(std::string_view name) const override { return file_.find_tensor(name); }
+  bool qk_hf_order() const override { return false; }
+
+ private:
+  gguf::File file_;
+};
+
+class HfSource final : public WeightSource {
+ public:
+  static Result<std::unique_ptr<WeightSource>> open(const std::string& folder);
+
+  std::string_view format() const override { return "safetensors"; }
+  const std::string& path() const override { return path_; }
+  const gguf::Metadata& metadata() const override { return meta_; }
+  const std::vector<TensorInfo>& tensors() const override { return tensors_; }
+  const TensorInfo* find_tensor(std::string_view name) const override {
+    auto it = index_.find(std::string(name));
+    return it == index_.end() ? nullptr : &tensors_[it->second];
+  }
+  bool qk_hf_order() const override { return true; }
+
+ private:
+  explicit HfSource(std::string folder) : path_(folder), meta_(std::move(folder)) {}
+  Status add_tensor(TensorInfo info);
+  Status add_checkpoint_tensors(const hf::Config& config);
+
+  std::string path_;
+  gguf::Metadata meta_;
+  safetensors::Checkpoint checkpoint_;  // keeps the shard mappings alive
+  std::vector<float> rope_factors_;     // backing data of rope_freqs.weight (llama3 scaling)
+  std::vector<TensorInfo> tensors_;
+  std::unordered_map<std::string, size_t> index_;
+};
+
+Status HfSource::add_tensor(TensorInfo info) {
+  if (!index_.emplace(info.name, tensors_.size()).second)
+    return make_error(path_, ": two checkpoint tensors map to '", info.name, "'");
+  tensors_.push_back(std::move(info));
+  return ok_status();
+}
+
+Status HfSource::add_checkpoint_tensors(const hf::Config& config) {
+  for (const safetensors::Tensor& t : checkpoint_.tensors()) {
+    auto name = hf::gguf_tensor_name(config.arch, t.name);
+    if (!name) return name.error().with_context(path_);
+    if (!name->has_value()) continue;  // known and not needed (rotary_emb.inv_freq)
+    const std::string& gguf_name = **name;
+    if (gguf_name.compare(0, 4, "blk.") == 0) {
+      const int64_t layer = std::stoll(gguf_name.substr(4));
+      if (layer >= config.num_hidden_layers)
+        return make_error(path_, ": tensor '", t.name, "' is in layer ", layer, " but config.json has ",
+                          config.num_hidden_layers, " layers");
+    }
+    TensorInfo info = t.info();
+    info.name = gguf_name;
+    KITE_TRY(add_tensor(std::move(info)));
+  }
+  return ok_status();
+}
+
+Result<std::unique_ptr<WeightSource>> HfSource::open(const std::string& folder) {
+  const fs::path dir(folder);
+  std::error_code ec;
+  if (!fs::exists(dir / "config.json", ec))
+    return make_error(folder, ": no config.json (a Hugging Face model folder has config.json and *.safetensors)");
+  KITE_ASSIGN_OR_RETURN(hf::Config config, hf::load_config((dir / "config.json").string()));
+
+  std::unique_ptr<HfSource> src(new HfSource(folder));
+  std::string name = dir.filename().string();
+  if (name.empty()) name = dir.parent_path().filename().string();  // "models/x/"
+  hf::add_config_metadata(config, name, src->meta_);
+
+  hf::TokenizerHints hints;
+  hints.n_vocab = config.vocab_size;
+  hints.bos_token_id = config.bos_token_id;
+  hints.eos_token_ids = config.eos_token_ids;
+  hints.pad_token_id = config.pad_token_id;
+  KITE_TRY(hf::add_tokenizer_metadata(folder, hints, src->meta_));
+
+  KITE_ASSIGN_OR_RETURN(src->checkpoint_, safetensors::Checkpoint::open(folder));
+  KITE_TRY(src->add_checkpoint_tensors(config));
+
+  src->rope_factors_ = hf::llama3_rope_factors(config);
+  if (!src->rope_factors_.empty()) {  // as llama.cpp's converter stores llama3 rope scaling
+    TensorInfo t;
+    t.name = "rope_freqs.weight";
+    t.type = quant::Type::F32;
+    t.ne = {static_cast<int64_t>(src->rope_factors_.size())};
+    t.nbytes = src->rope_factors_.size() * sizeof(float);
+    t.data = reinterpret_cast<const uint8_t*>(src->rope_factors_.data());
+    KITE_TRY(src->add_tensor(std::move(t)));
+  }
+  if (src->find_tensor("token_embd.weight") == nullptr)
+    return make_error(folder, ": the checkpoint has no model.embed_tokens.weight");
+  return std::unique_ptr<WeightSource>(std::move(src));
+}
+
+}  // namespace
+
+Result<std::unique_ptr<WeightSource>> WeightSource::open(const std::string& path) {
+  std::error_code ec;
+  const auto status = fs::status(path, ec);
+  if (ec || !fs::exists(status)) return make_error(path, ": no such file or folder");
+  if (fs::is_directory(status)) return HfSource::open(path);
+  const std::string ext = fs::path(path).extension().string();
+  if (ext == ".safetensors" || ext == ".json")
+    return make_error(path, ": pass the Hugging Face model folder, not one of its files");
+  KITE_ASSIGN_OR_RETURN(gguf::File file, gguf::File::open(path));
+  return std::unique_ptr<WeightSource>(std::make_unique<GgufSource>(std::move(file)));
+}
+
+}  // namespace kite
