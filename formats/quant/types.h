@@ -53,8 +53,8 @@ enum class Type : uint32_t {
 
 // Converts `n` elements (a multiple of block_size) of blocks at `src` to floats at `dst`.
 using DequantizeFn = void (*)(const void* src, float* dst, int64_t n);
-// Quantizes `n` floats (a multiple of block_size) to blocks at `dst`. Inputs are finite
-// (callers check with quantize_row(), which rejects NaN/Inf with an error).
+// Quantizes `n` floats (a multiple of block_size) to blocks at `dst`. Inputs are finite and
+// within max_quantizable() (callers check with quantize_row(), which rejects the rest).
 using QuantizeFn = void (*)(const float* src, void* dst, int64_t n);
 
 struct TypeTraits {
@@ -91,7 +91,8 @@ float max_quantizable(Type t);
 // The reference quantizers minimize each block's squared error with searches over the scales
 // (see fit.h, superblock.h); Q8_0, Q8_1 and Q8_K use the plain round(x / (max|x| / 127)) rule,
 // since they double as the activation types kernels quantize on the fly. Deterministic: the
-// same input gives the same bytes on every machine.
+// same input gives the same bytes (for a given build; compilers that contract a * b + c into
+// FMAs can change the last bit of a scale).
 Status dequantize_row(Type t, const void* src, float* dst, int64_t n);
 Status quantize_row(Type t, const float* src, void* dst, int64_t n);
 // `nrows` rows of `n_per_row` elements each (row r at src + r * n_per_row) to consecutive rows

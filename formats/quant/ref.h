@@ -1,0 +1,35 @@
+// kite/formats/quant/ref.h — the scalar reference routines behind the type table (internal).
+//
+// Signatures follow quant::DequantizeFn / QuantizeFn: `n` is a whole number of blocks and the
+// quantizers' input is finite and within the type's range (types.cpp checks before calling).
+#pragma once
+
+#include <cstdint>
+
+namespace kite::quant::ref {
+
+#define KITE_QUANT_REF_TYPE(name)                              \
+  void dequantize_##name(const void* src, float* dst, int64_t n); \
+  void quantize_##name(const float* src, void* dst, int64_t n);
+
+KITE_QUANT_REF_TYPE(f32)
+KITE_QUANT_REF_TYPE(f16)
+KITE_QUANT_REF_TYPE(bf16)
+KITE_QUANT_REF_TYPE(q4_0)
+KITE_QUANT_REF_TYPE(q4_1)
+KITE_QUANT_REF_TYPE(q5_0)
+KITE_QUANT_REF_TYPE(q5_1)
+KITE_QUANT_REF_TYPE(q8_0)
+KITE_QUANT_REF_TYPE(q8_1)
+KITE_QUANT_REF_TYPE(q2_k)
+KITE_QUANT_REF_TYPE(q3_k)
+KITE_QUANT_REF_TYPE(q4_k)
+KITE_QUANT_REF_TYPE(q5_k)
+KITE_QUANT_REF_TYPE(q6_k)
+KITE_QUANT_REF_TYPE(q8_k)
+KITE_QUANT_REF_TYPE(iq4_nl)
+KITE_QUANT_REF_TYPE(iq4_xs)
+
+#undef KITE_QUANT_REF_TYPE
+
+}  // namespace kite::quant::ref

@@ -1,0 +1,143 @@
+#include "formats/quant/types.h"
+
+#include <array>
+#include <cctype>
+#include <cmath>
+#include <limits>
+#include <string>
+
+#include "formats/quant/ref.h"
+
+namespace kite::quant {
+namespace {
+
+// ggml's table: id, name, elements per block, bytes per block. Ids missing here (4, 5, 31-33,
+// 36-38) were removed from ggml and never appear in files that current llama.cpp reads.
+// (Ids and sizes checked against ggml-common.h / ggml.c's type_traits.)
+constexpr TypeTraits kTraits[] = {
+    {Type::F32, "f32", 1, 4, false, ref::dequantize_f32, ref::quantize_f32},
+    {Type::F16, "f16", 1, 2, false, ref::dequantize_f16, ref::quantize_f16},
+    {Type::Q4_0, "q4_0", 32, 18, true, ref::dequantize_q4_0, ref::quantize_q4_0},
+    {Type::Q4_1, "q4_1", 32, 20, true, ref::dequantize_q4_1, ref::quantize_q4_1},
+    {Type::Q5_0, "q5_0", 32, 22, true, ref::dequantize_q5_0, ref::quantize_q5_0},
+    {Type::Q5_1, "q5_1", 32, 24, true, ref::dequantize_q5_1, ref::quantize_q5_1},
+    {Type::Q8_0, "q8_0", 32, 34, true, ref::dequantize_q8_0, ref::quantize_q8_0},
+    {Type::Q8_1, "q8_1", 32, 36, true, ref::dequantize_q8_1, ref::quantize_q8_1},
+    {Type::Q2_K, "q2_K", 256, 84, true, ref::dequantize_q2_k, ref::quantize_q2_k},
+    {Type::Q3_K, "q3_K", 256, 110, true, ref::dequantize_q3_k, ref::quantize_q3_k},
+    {Type::Q4_K, "q4_K", 256, 144, true, ref::dequantize_q4_k, ref::quantize_q4_k},
+    {Type::Q5_K, "q5_K", 256, 176, true, ref::dequantize_q5_k, ref::quantize_q5_k},
+    {Type::Q6_K, "q6_K", 256, 210, true, ref::dequantize_q6_k, ref::quantize_q6_k},
+    {Type::Q8_K, "q8_K", 256, 292, true, ref::dequantize_q8_k, ref::quantize_q8_k},
+    {Type::IQ2_XXS, "iq2_xxs", 256, 66, true, nullptr, nullptr},
+    {Type::IQ2_XS, "iq2_xs", 256, 74, true, nullptr, nullptr},
+    {Type::IQ3_XXS, "iq3_xxs", 256, 98, true, nullptr, nullptr},
+    {Type::IQ1_S, "iq1_s", 256, 50, true, nullptr, nullptr},
+    {Type::IQ4_NL, "iq4_nl", 32, 18, true, ref::dequantize_iq4_nl, ref::quantize_iq4_nl},
+    {Type::IQ3_S, "iq3_s", 256, 110, true, nullptr, nullptr},
+    {Type::IQ2_S, "iq2_s", 256, 82, true, nullptr, nullptr},
+    {Type::IQ4_XS, "iq4_xs", 256, 136, true, ref::dequantize_iq4_xs, ref::quantize_iq4_xs},
+    {Type::I8, "i8", 1, 1, false, nullptr, nullptr},
+    {Type::I16, "i16", 1, 2, false, nullptr, nullptr},
+    {Type::I32, "i32", 1, 4, false, nullptr, nullptr},
+    {Type::I64, "i64", 1, 8, false, nullptr, nullptr},
+    {Type::F64, "f64", 1, 8, false, nullptr, nullptr},
+    {Type::IQ1_M, "iq1_m", 256, 56, true, nullptr, nullptr},
+    {Type::BF16, "bf16", 1, 2, false, ref::dequantize_bf16, ref::quantize_bf16},
+    {Type::TQ1_0, "tq1_0", 256, 54, true, nullptr, nullptr},
+    {Type::TQ2_0, "tq2_0", 256, 66, true, nullptr, nullptr},
+    {Type::MXFP4, "mxfp4", 32, 17, true, nullptr, nullptr},
+};
+
+bool iequals(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (std::tolower(static_cast<unsigned char>(a[i])) != std::tolower(static_cast<unsigned char>(b[i])))
+      return false;
+  return true;
+}
+
+}  // namespace
+
+const TypeTraits* find_traits(uint32_t type_id) {
+  for (const auto& t : kTraits)
+    if (static_cast<uint32_t>(t.type) == type_id) return &t;
+  return nullptr;
+}
+
+const TypeTraits* find_traits(std::string_view name) {
+  for (const auto& t : kTraits)
+    if (iequals(t.name, name)) return &t;
+  return nullptr;
+}
+
+Result<size_t> row_size(Type t, int64_t n) {
+  const TypeTraits* tr = find_traits(t);
+  if (tr == nullptr) return make_error("unknown tensor type id ", static_cast<uint32_t>(t));
+  if (n < 0 || n % tr->block_size != 0)
+    return make_error("a row of ", n, " elements is not a whole number of ", tr->name, " blocks (",
+                      tr->block_size, " elements each)");
+  return static_cast<size_t>(n / tr->block_size) * tr->type_size;
+}
+
+bool can_dequantize(Type t) {
+  const TypeTraits* tr = find_traits(t);
+  return tr != nullptr && tr->dequantize != nullptr;
+}
+
+bool can_quantize(Type t) {
+  const TypeTraits* tr = find_traits(t);
+  return tr != nullptr && tr->quantize != nullptr;
+}
+
+float max_quantizable(Type t) {
+  // Types whose values or scales are stored as halves cannot represent more than the largest
+  // half; F32, BF16 and Q8_K (float scale) take any finite value.
+  switch (t) {
+    case Type::F32:
+    case Type::BF16:
+    case Type::Q8_K:
+      return std::numeric_limits<float>::max();
+    default:
+      return 65504.0f;
+  }
+}
+
+Status dequantize_row(Type t, const void* src, float* dst, int64_t n) {
+  KITE_ASSIGN_OR_RETURN(size_t bytes, row_size(t, n));
+  (void)bytes;
+  const TypeTraits* tr = find_traits(t);
+  if (tr->dequantize == nullptr) return make_error("cannot dequantize type ", tr->name);
+  tr->dequantize(src, dst, n);
+  return ok_status();
+}
+
+Status quantize_row(Type t, const float* src, void* dst, int64_t n) {
+  KITE_ASSIGN_OR_RETURN(size_t bytes, row_size(t, n));
+  (void)bytes;
+  const TypeTraits* tr = find_traits(t);
+  if (tr->quantize == nullptr) return make_error("cannot quantize to type ", tr->name);
+  const float limit = max_quantizable(t);
+  for (int64_t i = 0; i < n; ++i) {
+    if (!std::isfinite(src[i]))
+      return make_error("cannot quantize to ", tr->name, ": element ", i, " is ", src[i], " (not finite)");
+    if (std::fabs(src[i]) > limit)
+      return make_error("cannot quantize to ", tr->name, ": element ", i, " is ", src[i],
+                        ", beyond the type's range (|x| <= ", limit, ")");
+  }
+  tr->quantize(src, dst, n);
+  return ok_status();
+}
+
+Status quantize_rows(Type t, const float* src, void* dst, int64_t nrows, int64_t n_per_row) {
+  if (nrows < 0) return make_error("cannot quantize ", nrows, " rows");
+  KITE_ASSIGN_OR_RETURN(size_t bytes, row_size(t, n_per_row));
+  auto* out = static_cast<uint8_t*>(dst);
+  for (int64_t r = 0; r < nrows; ++r) {
+    Status st = quantize_row(t, src + r * n_per_row, out + static_cast<size_t>(r) * bytes, n_per_row);
+    if (!st) return st.error().with_context("row " + std::to_string(r));
+  }
+  return ok_status();
+}
+
+}  // namespace kite::quant
