@@ -54,7 +54,8 @@ bool computable(DType t) {
 
 class CpuBackend final : public Backend {
  public:
-  explicit CpuBackend(int n_threads) : pool_(n_threads), scratch_(static_cast<size_t>(pool_.size())) {}
+  explicit CpuBackend(int n_threads)
+      : pool_(n_threads), scratch_(static_cast<size_t>(pool_.size())), barrier_(pool_.size()) {}
 
   std::string_view name() const override { return "cpu"; }
   bool is_host() const override { return true; }
@@ -89,8 +90,11 @@ class CpuBackend final : public Backend {
     for (Tensor* n : nodes) {
       const Kernel k = kernel_for(n->op);
       if (k == nullptr) continue;  // views: nothing to compute
+      const size_t shared_bytes = op_shared_bytes(n);
+      if (shared_.size() < shared_bytes) shared_.resize(shared_bytes);
+      counter_.store(0, std::memory_order_relaxed);
       pool_.run([&](int ith, int nth) {
-        KernelCtx c{ith, nth, &scratch_[static_cast<size_t>(ith)]};
+        KernelCtx c{ith, nth, &scratch_[static_cast<size_t>(ith)], &shared_, &barrier_, &counter_};
         k(n, c);
       });
     }
@@ -100,6 +104,9 @@ class CpuBackend final : public Backend {
  private:
   ThreadPool pool_;
   std::vector<std::vector<float>> scratch_;
+  std::vector<uint8_t> shared_;  // op-wide scratch (quantized activations); grows, never shrinks
+  Barrier barrier_;
+  std::atomic<int64_t> counter_{0};
 };
 
 }  // namespace

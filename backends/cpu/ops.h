@@ -5,6 +5,8 @@
 // weight type and are tested against them.
 #pragma once
 
+#include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <vector>
 
@@ -12,11 +14,32 @@
 
 namespace kite::cpu {
 
+// A reusable spinning barrier for the nth threads of one job.
+class Barrier {
+ public:
+  explicit Barrier(int n = 1) : n_(n) {}
+  void reset(int n) { n_ = n; }
+  void wait();
+
+ private:
+  int n_;
+  std::atomic<int> count_{0};
+  std::atomic<int> generation_{0};
+};
+
 struct KernelCtx {
   int ith = 0;
   int nth = 1;
   std::vector<float>* scratch = nullptr;  // this thread's scratch; grows, never shrinks
+  // Shared by all threads of the op: bytes sized by the backend to op_shared_bytes() before
+  // the op runs, a barrier, and a work counter reset to 0 before the op runs.
+  std::vector<uint8_t>* shared = nullptr;
+  Barrier* barrier = nullptr;
+  std::atomic<int64_t>* counter = nullptr;
 };
+
+// Bytes of shared scratch an op needs (0 for most ops).
+size_t op_shared_bytes(const Tensor* dst);
 
 // [begin, end) of `n` items for thread ith of nth.
 inline void split(int64_t n, const KernelCtx& c, int64_t* begin, int64_t* end) {
@@ -27,6 +50,9 @@ inline void split(int64_t n, const KernelCtx& c, int64_t* begin, int64_t* end) {
 
 void op_get_rows(Tensor* dst, const KernelCtx& c);
 void op_mul_mat(Tensor* dst, const KernelCtx& c);
+// The scalar reference mul_mat (dequantize each weight row, f32 dot); op_mul_mat uses it when
+// the active SIMD level is kScalar or has no kernel for the weight type.
+void op_mul_mat_reference(Tensor* dst, const KernelCtx& c);
 void op_add(Tensor* dst, const KernelCtx& c);
 void op_mul(Tensor* dst, const KernelCtx& c);
 void op_scale(Tensor* dst, const KernelCtx& c);

@@ -2,6 +2,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "backends/cpu/matmul.h"
 #include "backends/cpu/ops.h"
 #include "src/base/half.h"
 
@@ -95,6 +96,13 @@ void op_scale(Tensor* dst, const KernelCtx& c) {
 void op_swiglu(Tensor* dst, const KernelCtx& c) {
   const Tensor* g = dst->src[0];
   const Tensor* u = dst->src[1];
+  if (const MatmulKernels* mk = active_kernels()) {
+    for_rows(dst, c, [&](float* y, int64_t i1, int64_t i2, int64_t i3) {
+      mk->swiglu(y, reinterpret_cast<const float*>(g->row_ptr(i1, i2, i3)),
+                 reinterpret_cast<const float*>(u->row_ptr(i1, i2, i3)), dst->ne[0]);
+    });
+    return;
+  }
   for_rows(dst, c, [&](float* y, int64_t i1, int64_t i2, int64_t i3) {
     const auto* x = reinterpret_cast<const float*>(g->row_ptr(i1, i2, i3));
     const auto* z = reinterpret_cast<const float*>(u->row_ptr(i1, i2, i3));

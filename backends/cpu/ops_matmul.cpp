@@ -1,4 +1,16 @@
-// mul_mat: dst[m, n] = W[k, m]ᵀ-rows · x[k, n] for weights of any type (scalar reference).
+// mul_mat: dst[m, n] = W[k, m]ᵀ-rows · x[k, n] for weights of any type.
+//
+// op_mul_mat_reference is the scalar specification (dequantize a weight row, f32 dot).
+// op_mul_mat runs the active SIMD level's kernels (matmul.h): activations are quantized once
+// into shared scratch (each thread its share of rows, then a barrier), then threads take
+// chunks of consecutive weight rows from a shared counter; within a chunk every weight row is
+// dotted with activation rows four at a time, so a chunk's weights stay in L1/L2 while the
+// activations stream past.
+#include <cmath>
+#include <cstring>
+
+#include "backends/cpu/cpu_features.h"
+#include "backends/cpu/matmul.h"
 #include "backends/cpu/ops.h"
 
 namespace kite::cpu {
@@ -15,9 +27,165 @@ float dot_f32(const float* a, const float* b, int64_t n) {
   return r;
 }
 
+const float* x_row(const Tensor* x, int64_t j) {
+  return reinterpret_cast<const float*>(x->row_ptr(j % x->ne[1], (j / x->ne[1]) % x->ne[2], j / (x->ne[1] * x->ne[2])));
+}
+
+// Rows of x equally spaced (one stride for all n rows).
+bool uniform_rows(const Tensor* x) {
+  return x->nb[0] == sizeof(float) && x->nb[2] == x->nb[1] * static_cast<size_t>(x->ne[1]) &&
+         x->nb[3] == x->nb[2] * static_cast<size_t>(x->ne[2]);
+}
+
+const MatmulKernels* kernels_for(SimdLevel l) {
+#if defined(KITE_CPU_X86_KERNELS)
+  switch (l) {
+    case SimdLevel::kAvx2: return &matmul_kernels_avx2();
+    case SimdLevel::kAvx512: return &matmul_kernels_avx512();
+    case SimdLevel::kScalar: return nullptr;
+  }
+#endif
+  (void)l;
+  return nullptr;
+}
+
+VecDotFn fast_kernel(const MatmulKernels* mk, DType t) {
+  const auto id = static_cast<size_t>(t);
+  return mk != nullptr && id < kTypeSlots ? mk->dot[id][0] : nullptr;
+}
+
+// Prefill of the 32-block types and Q4_K/Q5_K/IQ4_XS on VNNI levels: tiles of 8 weight rows.
+constexpr int64_t kTileMinRows = 8;  // activation rows from which packing tiles pays
+
+// 0: no tiles; 1: 32-element tiles (tile_pack); 2: 16-element-scale tiles (tile16_pack).
+int tile_kind(const MatmulKernels* mk, DType t, int64_t n) {
+  const auto id = static_cast<size_t>(t);
+  if (mk == nullptr || n < kTileMinRows || id >= kTypeSlots) return 0;
+  if (mk->tile_pack[id] != nullptr && mk->tile_dot[0] != nullptr) return 1;
+  if (mk->tile16_pack[id] != nullptr && mk->tile16_dot[0] != nullptr) return 2;
+  return 0;
+}
+
+bool use_tiles(const MatmulKernels* mk, DType t, int64_t n) { return tile_kind(mk, t, n) != 0; }
+
+ActFormat act_format_for(const MatmulKernels* mk, DType t, int64_t n) {
+  switch (tile_kind(mk, t, n)) {
+    case 1: return ActFormat::kQ8;
+    case 2: return ActFormat::kQ8U;
+    default: return act_format(t);
+  }
+}
+
+// Phase 2 with tiles: each chunk is one tile of 8 weight rows, packed into this thread's scratch
+// and multiplied by the activations four rows at a time.
+void mul_mat_tiled(Tensor* dst, const KernelCtx& c, const MatmulKernels& mk, const uint8_t* act, size_t stride) {
+  const Tensor* w = dst->src[0];
+  const int64_t k = w->ne[0], m = w->ne[1], n = dst->ne[1];
+  const bool t16 = tile_kind(&mk, w->type, n) == 2;
+  const auto pack = t16 ? mk.tile16_pack[static_cast<size_t>(w->type)] : mk.tile_pack[static_cast<size_t>(w->type)];
+  const auto* tdot = t16 ? mk.tile16_dot : mk.tile_dot;
+  const size_t tile_bytes = static_cast<size_t>(k / 32) * (t16 ? kTile16BlockBytes : kTileBlockBytes);
+  std::vector<float>& scratch = *c.scratch;
+  if (scratch.size() * sizeof(float) < tile_bytes) scratch.resize(tile_bytes / sizeof(float) + 1);
+  auto* tile = reinterpret_cast<uint8_t*>(scratch.data());
+  auto* out0 = static_cast<uint8_t*>(dst->data);
+  const size_t out_stride = dst->nb[1];
+  const int64_t n_tiles = (m + kTileRows - 1) / kTileRows;
+  float r[kMaxNa * kTileRows];
+  for (int64_t t = c.counter->fetch_add(1, std::memory_order_relaxed); t < n_tiles;
+       t = c.counter->fetch_add(1, std::memory_order_relaxed)) {
+    const int64_t i0 = t * kTileRows;
+    const int nrows = static_cast<int>(std::min<int64_t>(kTileRows, m - i0));
+    const uint8_t* rows[kTileRows];
+    for (int rr = 0; rr < nrows; ++rr) rows[rr] = w->row_ptr(i0 + rr);
+    pack(rows, nrows, k, tile);
+    for (int64_t j0 = 0; j0 < n; j0 += kMaxNa) {
+      const int na = static_cast<int>(std::min<int64_t>(kMaxNa, n - j0));
+      tdot[na - 1](k, tile, act + static_cast<size_t>(j0) * stride, stride, r);
+      for (int jj = 0; jj < na; ++jj) {
+        float* o = reinterpret_cast<float*>(out0 + static_cast<size_t>(j0 + jj) * out_stride) + i0;
+        for (int rr = 0; rr < nrows; ++rr) o[rr] = r[jj * kTileRows + rr];
+      }
+    }
+  }
+}
+
 }  // namespace
 
-void op_mul_mat(Tensor* dst, const KernelCtx& c) {
+const MatmulKernels* active_kernels() { return kernels_for(active_simd_level()); }
+const MatmulKernels* matmul_kernels_for(SimdLevel level) { return kernels_for(level); }
+
+ActFormat act_format(DType t) {
+  switch (t) {
+    case DType::F32:
+    case DType::F16:
+    case DType::BF16: return ActFormat::kF32;
+    case DType::Q2_K:
+    case DType::Q3_K:
+    case DType::Q4_K:
+    case DType::Q5_K:
+    case DType::Q6_K:
+    case DType::IQ4_XS: return ActFormat::kQ8K;
+    default: return ActFormat::kQ8;
+  }
+}
+
+size_t act_row_bytes(ActFormat f, int64_t k) {
+  switch (f) {
+    case ActFormat::kF32: return static_cast<size_t>(k) * sizeof(float);
+    case ActFormat::kQ8:
+    case ActFormat::kQ8U: return static_cast<size_t>(k / 32) * sizeof(ActQ8);
+    case ActFormat::kQ8K: return static_cast<size_t>(k / quant::kQK_K) * sizeof(quant::BlockQ8_K);
+  }
+  return 0;
+}
+
+void quantize_act_q8_scalar(const float* x, void* dst, int64_t k) {
+  auto* out = static_cast<ActQ8*>(dst);
+  for (int64_t ib = 0; ib < k / 32; ++ib, x += 32) {
+    float amax = 0.f;
+    for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(x[i]));
+    const float d = amax / 127.f, id = amax > 0.f ? 127.f / amax : 0.f;
+    int sum = 0;
+    for (int i = 0; i < 32; ++i) {
+      out[ib].qs[i] = static_cast<int8_t>(std::nearbyint(x[i] * id));
+      sum += out[ib].qs[i];
+    }
+    out[ib].d = d;
+    out[ib].s = d * static_cast<float>(sum);
+  }
+}
+
+void quantize_act_q8k_scalar(const float* x, void* dst, int64_t k) {
+  auto* out = static_cast<quant::BlockQ8_K*>(dst);
+  for (int64_t ib = 0; ib < k / quant::kQK_K; ++ib, x += quant::kQK_K) {
+    float amax = 0.f;
+    for (int i = 0; i < quant::kQK_K; ++i) amax = std::max(amax, std::fabs(x[i]));
+    const float id = amax > 0.f ? 127.f / amax : 0.f;
+    out[ib].d = amax / 127.f;
+    for (int g = 0; g < quant::kQK_K / 16; ++g) {
+      int sum = 0;
+      for (int i = 16 * g; i < 16 * g + 16; ++i) {
+        out[ib].qs[i] = static_cast<int8_t>(std::nearbyint(x[i] * id));
+        sum += out[ib].qs[i];
+      }
+      out[ib].bsums[g] = static_cast<int16_t>(sum);
+    }
+  }
+}
+
+size_t op_shared_bytes(const Tensor* dst) {
+  if (dst->op != Op::kMulMat) return 0;
+  const Tensor* w = dst->src[0];
+  const Tensor* x = dst->src[1];
+  const MatmulKernels* mk = kernels_for(active_simd_level());
+  const ActFormat f = act_format_for(mk, w->type, x->n_rows());
+  if (f == ActFormat::kF32 && uniform_rows(x)) return 0;
+  if (fast_kernel(mk, w->type) == nullptr) return 0;
+  return act_row_bytes(f, w->ne[0]) * static_cast<size_t>(x->n_rows()) + 64;
+}
+
+void op_mul_mat_reference(Tensor* dst, const KernelCtx& c) {
   const Tensor* w = dst->src[0];
   const Tensor* x = dst->src[1];
   const int64_t k = w->ne[0], m = w->ne[1], n = x->n_rows();
@@ -33,9 +201,77 @@ void op_mul_mat(Tensor* dst, const KernelCtx& c) {
       row_to_f32(w->type, w->row_ptr(i), row.data(), k);
       wr = row.data();
     }
-    for (int64_t j = 0; j < n; ++j) {
-      const auto* xr = reinterpret_cast<const float*>(x->row_ptr(j % x->ne[1], (j / x->ne[1]) % x->ne[2], j / (x->ne[1] * x->ne[2])));
-      reinterpret_cast<float*>(dst->row_ptr(j))[i] = dot_f32(wr, xr, k);
+    for (int64_t j = 0; j < n; ++j) reinterpret_cast<float*>(dst->row_ptr(j))[i] = dot_f32(wr, x_row(x, j), k);
+  }
+}
+
+void op_mul_mat(Tensor* dst, const KernelCtx& c) {
+  const Tensor* w = dst->src[0];
+  const Tensor* x = dst->src[1];
+  const MatmulKernels* mk = kernels_for(active_simd_level());
+  const VecDotFn* dot = fast_kernel(mk, w->type) != nullptr ? mk->dot[static_cast<size_t>(w->type)] : nullptr;
+  if (dot == nullptr || c.shared == nullptr || c.barrier == nullptr || c.counter == nullptr) {
+    op_mul_mat_reference(dst, c);
+    return;
+  }
+  const int64_t k = w->ne[0], m = w->ne[1], n = x->n_rows();
+  const bool tiled = use_tiles(mk, w->type, n);
+  const ActFormat f = act_format_for(mk, w->type, n);
+
+  // Phase 1: activations in the kernel's format, once for all threads.
+  const uint8_t* act;
+  size_t stride;
+  if (f == ActFormat::kF32 && uniform_rows(x)) {
+    act = static_cast<const uint8_t*>(x->data);
+    stride = x->nb[1];
+  } else {
+    stride = act_row_bytes(f, k);
+    uint8_t* buf = c.shared->data();
+    int64_t begin, end;
+    split(n, c, &begin, &end);
+    for (int64_t j = begin; j < end; ++j) {
+      uint8_t* out = buf + static_cast<size_t>(j) * stride;
+      switch (f) {
+        case ActFormat::kF32: std::memcpy(out, x_row(x, j), stride); break;
+        case ActFormat::kQ8: mk->quantize_q8(x_row(x, j), out, k); break;
+        case ActFormat::kQ8U: {
+          mk->quantize_q8(x_row(x, j), out, k);
+          for (int64_t b = 0; b < k / 32; ++b) {
+            auto* blk = reinterpret_cast<ActQ8*>(out) + b;
+            for (int8_t& v : blk->qs) v = static_cast<int8_t>(static_cast<uint8_t>(v) ^ 0x80u);
+          }
+          break;
+        }
+        case ActFormat::kQ8K: mk->quantize_q8k(x_row(x, j), out, k); break;
+      }
+    }
+    c.barrier->wait();
+    act = buf;
+  }
+
+  if (tiled) {
+    mul_mat_tiled(dst, c, *mk, act, stride);
+    return;
+  }
+
+  // Phase 2: chunks of weight rows from the shared counter.
+  int64_t rows_per_chunk = 16;
+  while (rows_per_chunk > 1 && m < rows_per_chunk * c.nth * 4) rows_per_chunk /= 2;
+  const int64_t n_chunks = (m + rows_per_chunk - 1) / rows_per_chunk;
+  auto* out0 = static_cast<uint8_t*>(dst->data);
+  const size_t out_stride = dst->nb[1];
+  float r[kMaxNa];
+  for (int64_t ch = c.counter->fetch_add(1, std::memory_order_relaxed); ch < n_chunks;
+       ch = c.counter->fetch_add(1, std::memory_order_relaxed)) {
+    const int64_t i0 = ch * rows_per_chunk, i1 = std::min(m, i0 + rows_per_chunk);
+    for (int64_t j0 = 0; j0 < n; j0 += kMaxNa) {
+      const int na = static_cast<int>(std::min<int64_t>(kMaxNa, n - j0));
+      const uint8_t* a = act + static_cast<size_t>(j0) * stride;
+      for (int64_t i = i0; i < i1; ++i) {
+        dot[na - 1](k, w->row_ptr(i), a, stride, r);
+        for (int jj = 0; jj < na; ++jj)
+          reinterpret_cast<float*>(out0 + static_cast<size_t>(j0 + jj) * out_stride)[i] = r[jj];
+      }
     }
   }
 }

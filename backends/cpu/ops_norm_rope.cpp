@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "backends/cpu/matmul.h"
 #include "backends/cpu/ops.h"
 
 namespace kite::cpu {
@@ -11,6 +12,7 @@ void op_rms_norm(Tensor* dst, const KernelCtx& c) {
   const Tensor* w = dst->src[1];
   const float eps = dst->params.f[0];
   const int64_t n = a->ne[0];
+  const MatmulKernels* mk = active_kernels();
   int64_t begin, end;
   split(a->n_rows(), c, &begin, &end);
   for (int64_t r = begin; r < end; ++r) {
@@ -18,7 +20,11 @@ void op_rms_norm(Tensor* dst, const KernelCtx& c) {
     const auto* x = reinterpret_cast<const float*>(a->row_ptr(i1, i2, i3));
     auto* y = reinterpret_cast<float*>(dst->row_ptr(i1, i2, i3));
     float sum = 0.f;
-    for (int64_t i = 0; i < n; ++i) sum += x[i] * x[i];
+    if (mk != nullptr) {
+      sum = mk->sum_sq(x, n);
+    } else {
+      for (int64_t i = 0; i < n; ++i) sum += x[i] * x[i];
+    }
     const float s = 1.f / std::sqrt(sum / static_cast<float>(n) + eps);
     if (w != nullptr) {
       const auto* wv = reinterpret_cast<const float*>(w->data);
@@ -84,26 +90,39 @@ void op_rope(Tensor* dst, const KernelCtx& c) {
   const auto* pos = dst->src[1]->host<const int32_t>();
   const auto mode = static_cast<RopeMode>(dst->params.i[0]);
   const int n_rot = dst->params.i[1];
-  std::vector<float>& inv_freq = *c.scratch;
-  if (inv_freq.size() < static_cast<size_t>(n_rot / 2)) inv_freq.resize(static_cast<size_t>(n_rot / 2));
+  const size_t half = static_cast<size_t>(n_rot / 2);
+  std::vector<float>& buf = *c.scratch;  // inv_freq | cos | sin
+  if (buf.size() < 3 * half) buf.resize(3 * half);
+  float* inv_freq = buf.data();
+  float* cs = inv_freq + half;
+  float* sn = cs + half;
   float mscale = 1.f;
-  rope_inv_freq(dst->params, n_rot, inv_freq.data(), &mscale);
-  const int64_t hd = a->ne[0];
+  rope_inv_freq(dst->params, n_rot, inv_freq, &mscale);
+  const int64_t hd = a->ne[0], n_head = a->ne[1];
+  // Work items are (head, token) pairs in token-major order; cos/sin are computed once per token
+  // of this thread's range and reused for all its heads.
   int64_t begin, end;
-  split(a->ne[1] * a->ne[2], c, &begin, &end);  // (head, token) pairs
+  split(n_head * a->ne[2], c, &begin, &end);
+  int64_t cached_t = -1;
   for (int64_t r = begin; r < end; ++r) {
-    const int64_t h = r % a->ne[1], t = r / a->ne[1];
+    const int64_t h = r % n_head, t = r / n_head;
+    if (t != cached_t) {
+      const float p = static_cast<float>(pos[t]);
+      for (size_t i = 0; i < half; ++i) {
+        const float theta = p * inv_freq[i];
+        cs[i] = std::cos(theta) * mscale;
+        sn[i] = std::sin(theta) * mscale;
+      }
+      cached_t = t;
+    }
     const auto* x = reinterpret_cast<const float*>(a->row_ptr(h, t));
     auto* y = reinterpret_cast<float*>(dst->row_ptr(h, t));
-    const float p = static_cast<float>(pos[t]);
-    for (int i = 0; i < n_rot / 2; ++i) {
-      const float theta = p * inv_freq[static_cast<size_t>(i)];
-      const float cs = std::cos(theta) * mscale, sn = std::sin(theta) * mscale;
-      const int64_t i0 = mode == RopeMode::kNorm ? 2 * i : i;
-      const int64_t i1 = mode == RopeMode::kNorm ? 2 * i + 1 : i + n_rot / 2;
+    for (size_t i = 0; i < half; ++i) {
+      const int64_t i0 = mode == RopeMode::kNorm ? static_cast<int64_t>(2 * i) : static_cast<int64_t>(i);
+      const int64_t i1 = mode == RopeMode::kNorm ? static_cast<int64_t>(2 * i + 1) : static_cast<int64_t>(i + half);
       const float x0 = x[i0], x1 = x[i1];
-      y[i0] = x0 * cs - x1 * sn;
-      y[i1] = x0 * sn + x1 * cs;
+      y[i0] = x0 * cs[i] - x1 * sn[i];
+      y[i1] = x0 * sn[i] + x1 * cs[i];
     }
     for (int64_t i = n_rot; i < hd; ++i) y[i] = x[i];
   }

@@ -73,3 +73,23 @@ int ThreadPool::physical_cores() {
 }
 
 }  // namespace kite::cpu
+
+// ---------------------------------------------------------------------------------------------
+#include "backends/cpu/ops.h"
+
+namespace kite::cpu {
+
+void Barrier::wait() {
+  if (n_ <= 1) return;
+  const int gen = generation_.load(std::memory_order_acquire);
+  if (count_.fetch_add(1, std::memory_order_acq_rel) == n_ - 1) {
+    count_.store(0, std::memory_order_relaxed);
+    generation_.fetch_add(1, std::memory_order_acq_rel);
+    return;
+  }
+  for (int spin = 0; generation_.load(std::memory_order_acquire) == gen; ++spin) {
+    if (spin > 64) std::this_thread::yield();
+  }
+}
+
+}  // namespace kite::cpu

@@ -63,7 +63,8 @@ Result<Context::Step*> Context::step_for(int64_t n_tokens, int64_t n_outputs) {
 Status Context::decode(std::span<const BatchToken> batch) {
   if (batch.empty()) return make_error("decode: empty batch");
   const HParams& hp = model_->hparams();
-  std::vector<int64_t> added(static_cast<size_t>(kv_->n_seqs()), 0);
+  std::vector<int64_t>& added = added_;
+  added.assign(static_cast<size_t>(kv_->n_seqs()), 0);
   int64_t n_out = 0;
   for (const BatchToken& t : batch) {
     if (t.seq < 0 || t.seq >= kv_->n_seqs()) return make_error("decode: sequence ", t.seq, " out of range");
@@ -77,25 +78,36 @@ Status Context::decode(std::span<const BatchToken> batch) {
     if (added[static_cast<size_t>(s)] > 0) KITE_TRY(kv_->reserve(s, added[static_cast<size_t>(s)]));
 
   KITE_ASSIGN_OR_RETURN(Step * step, step_for(static_cast<int64_t>(batch.size()), n_out));
-  auto* tokens = step->in.tokens->host<int32_t>();
-  auto* pos = step->in.positions->host<int32_t>();
-  auto* seq = step->in.token_seq->host<int32_t>();
-  auto* slots = step->in.kv_slots->host<int32_t>();
-  auto* out = step->in.out_rows->host<int32_t>();
-  std::vector<int64_t> next(static_cast<size_t>(kv_->n_seqs()));
-  for (int32_t s = 0; s < kv_->n_seqs(); ++s) next[static_cast<size_t>(s)] = kv_->seq_len(s);
+  // Inputs are staged on the host and uploaded, so device backends work the same way.
+  const size_t n = batch.size();
+  staging_.assign(5 * n + static_cast<size_t>(kv_->max_blocks_per_seq()) * static_cast<size_t>(kv_->n_seqs()), 0);
+  int32_t* tokens = staging_.data();
+  int32_t* pos = tokens + n;
+  int32_t* seq = pos + n;
+  int32_t* slots = seq + n;
+  int32_t* out = slots + n;
+  int32_t* table = out + n;
+  next_pos_.resize(static_cast<size_t>(kv_->n_seqs()));
+  for (int32_t s = 0; s < kv_->n_seqs(); ++s) next_pos_[static_cast<size_t>(s)] = kv_->seq_len(s);
   int64_t o = 0;
-  for (size_t i = 0; i < batch.size(); ++i) {
+  for (size_t i = 0; i < n; ++i) {
     const BatchToken& t = batch[i];
-    const int64_t p = next[static_cast<size_t>(t.seq)]++;
+    const int64_t p = next_pos_[static_cast<size_t>(t.seq)]++;
     tokens[i] = t.token;
     pos[i] = static_cast<int32_t>(p);
     seq[i] = t.seq;
     slots[i] = kv_->slot(t.seq, p);
     if (t.logits) out[o++] = static_cast<int32_t>(i);
   }
-  if (o == 0) out[o++] = static_cast<int32_t>(batch.size() - 1);
-  kv_->fill_block_table(step->in.block_table->host<int32_t>());
+  if (o == 0) out[o++] = static_cast<int32_t>(n - 1);
+  kv_->fill_block_table(table);
+  const size_t row = n * sizeof(int32_t);
+  KITE_TRY(backend_->upload(*step->in.tokens, tokens, row));
+  KITE_TRY(backend_->upload(*step->in.positions, pos, row));
+  KITE_TRY(backend_->upload(*step->in.token_seq, seq, row));
+  KITE_TRY(backend_->upload(*step->in.kv_slots, slots, row));
+  KITE_TRY(backend_->upload(*step->in.out_rows, out, static_cast<size_t>(o) * sizeof(int32_t)));
+  KITE_TRY(backend_->upload(*step->in.block_table, table, step->in.block_table->nbytes()));
 
   if (opts_.dump_ops.empty()) {
     KITE_TRY(backend_->compute(step->graph.nodes()));

@@ -68,6 +68,8 @@ class Context {
   std::unique_ptr<Buffer> arena_;
   std::vector<float> logits_;
   std::vector<float> all_logits_;  // eval(all_logits): every token's logits
+  std::vector<int32_t> staging_;   // step inputs, staged on the host (reused: no allocation per token)
+  std::vector<int64_t> added_, next_pos_;
   size_t n_outputs_ = 0;
   bool logits_from_eval_ = false;
 };

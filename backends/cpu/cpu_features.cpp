@@ -1,0 +1,151 @@
+#include "backends/cpu/cpu_features.h"
+
+#include <atomic>
+#include <cstdint>
+#include <cstdlib>
+
+namespace kite::cpu {
+namespace {
+
+CpuFeatures detect() {
+  CpuFeatures f;
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_cpu_init();
+  f.avx2 = __builtin_cpu_supports("avx2");
+  f.fma = __builtin_cpu_supports("fma");
+  f.avx512f = __builtin_cpu_supports("avx512f");
+  f.avx512bw = __builtin_cpu_supports("avx512bw");
+  f.avx512vl = __builtin_cpu_supports("avx512vl");
+  f.avx512vnni = __builtin_cpu_supports("avx512vnni");
+  // F16C, AVX512-BF16 and AVX-VNNI are not known to every compiler's builtin: ask cpuid.
+  unsigned a, b, c, d;
+  __asm__ volatile("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(1), "c"(0));
+  f.f16c = (c >> 29) & 1u;
+  __asm__ volatile("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(0), "c"(0));
+  if (a >= 7) {
+    __asm__ volatile("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(7), "c"(1));
+    f.avx_vnni = (a >> 4) & 1u;
+    f.avx512bf16 = (a >> 5) & 1u;
+  }
+  // The OS must save the wide registers (XCR0): YMM for AVX2, ZMM/opmask for AVX-512.
+  __asm__ volatile("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(1), "c"(0));
+  uint64_t xcr0 = 0;
+  if ((c >> 27) & 1u) {  // OSXSAVE
+    unsigned lo, hi;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    xcr0 = (static_cast<uint64_t>(hi) << 32) | lo;
+  }
+  const bool ymm = (xcr0 & 0x6) == 0x6, zmm = (xcr0 & 0xe6) == 0xe6;
+  if (!ymm) f.avx2 = f.fma = f.f16c = f.avx_vnni = false;
+  if (!zmm) f.avx512f = f.avx512bw = f.avx512vl = f.avx512vnni = f.avx512bf16 = false;
+#elif defined(__aarch64__)
+  f.neon = true;
+#endif
+  return f;
+}
+
+bool level_supported(SimdLevel l) {
+  [[maybe_unused]] const CpuFeatures& f = cpu_features();
+  switch (l) {
+    case SimdLevel::kScalar: return true;
+#if defined(KITE_CPU_X86_KERNELS)
+    case SimdLevel::kAvx2: return f.avx2 && f.fma && f.f16c;
+    case SimdLevel::kAvx512:
+      return f.avx2 && f.fma && f.f16c && f.avx512f && f.avx512bw && f.avx512vl && f.avx512vnni;
+#else
+    default: return false;
+#endif
+  }
+  return false;
+}
+
+constexpr int kNotForced = -1;
+std::atomic<int> g_forced{kNotForced};
+
+SimdLevel env_level() {
+  const char* scalar = std::getenv("KITE_CPU_SCALAR");
+  if (scalar != nullptr && scalar[0] == '1') return SimdLevel::kScalar;
+  const char* name = std::getenv("KITE_CPU_SIMD");
+  SimdLevel l;
+  if (name != nullptr && parse_simd_level(name, &l) && level_supported(l)) return l;
+  return best_simd_level();
+}
+
+}  // namespace
+
+std::string CpuFeatures::describe() const {
+  std::string s;
+  auto add = [&](bool on, const char* name) {
+    if (!on) return;
+    if (!s.empty()) s += ' ';
+    s += name;
+  };
+  add(avx2, "avx2");
+  add(fma, "fma");
+  add(f16c, "f16c");
+  add(avx512f, "avx512f");
+  add(avx512bw, "avx512bw");
+  add(avx512vl, "avx512vl");
+  add(avx512vnni, "avx512vnni");
+  add(avx512bf16, "avx512bf16");
+  add(avx_vnni, "avxvnni");
+  add(neon, "neon");
+  return s.empty() ? "none" : s;
+}
+
+const CpuFeatures& cpu_features() {
+  static const CpuFeatures f = detect();
+  return f;
+}
+
+const char* simd_level_name(SimdLevel l) {
+  switch (l) {
+    case SimdLevel::kScalar: return "scalar";
+    case SimdLevel::kAvx2: return "avx2";
+    case SimdLevel::kAvx512: return "avx512";
+  }
+  return "?";
+}
+
+bool parse_simd_level(std::string_view s, SimdLevel* out) {
+  for (SimdLevel l : {SimdLevel::kScalar, SimdLevel::kAvx2, SimdLevel::kAvx512}) {
+    if (s == simd_level_name(l)) {
+      *out = l;
+      return true;
+    }
+  }
+  return false;
+}
+
+SimdLevel best_simd_level() {
+  static const SimdLevel best = [] {
+    SimdLevel b = SimdLevel::kScalar;
+    for (SimdLevel l : {SimdLevel::kAvx2, SimdLevel::kAvx512})
+      if (level_supported(l)) b = l;
+    return b;
+  }();
+  return best;
+}
+
+std::vector<SimdLevel> supported_simd_levels() {
+  std::vector<SimdLevel> v;
+  for (SimdLevel l : {SimdLevel::kScalar, SimdLevel::kAvx2, SimdLevel::kAvx512})
+    if (level_supported(l)) v.push_back(l);
+  return v;
+}
+
+SimdLevel active_simd_level() {
+  const int f = g_forced.load(std::memory_order_relaxed);
+  if (f != kNotForced) return static_cast<SimdLevel>(f);
+  static const SimdLevel from_env = env_level();
+  return from_env;
+}
+
+void force_simd_level(SimdLevel l) {
+  while (!level_supported(l)) l = static_cast<SimdLevel>(static_cast<int>(l) - 1);
+  g_forced.store(static_cast<int>(l), std::memory_order_relaxed);
+}
+
+void reset_simd_level() { g_forced.store(kNotForced, std::memory_order_relaxed); }
+
+}  // namespace kite::cpu

@@ -1,0 +1,47 @@
+// kite/backends/cpu/cpu_features.h — run-time CPU feature detection and the SIMD level in use.
+//
+// Kernels for each instruction-set level live in their own source file compiled with that
+// level's target flags (backends/CMakeLists.txt); nothing else is built with them, so the
+// binary runs on any x86-64 and picks its kernels here at run time. The scalar kernels are
+// always available and are the reference the others are tested against.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace kite::cpu {
+
+struct CpuFeatures {
+  bool avx2 = false, fma = false, f16c = false;
+  bool avx512f = false, avx512bw = false, avx512vl = false;
+  bool avx512vnni = false, avx512bf16 = false, avx_vnni = false;
+  bool neon = false;
+  std::string describe() const;  // "avx2 fma f16c avx512f ..."
+};
+
+// Detected once (cpuid via the compiler's builtins).
+const CpuFeatures& cpu_features();
+
+// Kernel levels, in increasing order.
+//   kScalar: the reference (dequantize to f32, scalar dot); any CPU.
+//   kAvx2:   AVX2 + FMA + F16C (maddubs/madd int8 dot products).
+//   kAvx512: AVX-512 F/BW/VL + AVX512-VNNI (vpdpbusd, 512-bit float dots).
+enum class SimdLevel : int { kScalar = 0, kAvx2 = 1, kAvx512 = 2 };
+
+const char* simd_level_name(SimdLevel l);
+bool parse_simd_level(std::string_view s, SimdLevel* out);
+// The best level this CPU (and this build) supports.
+SimdLevel best_simd_level();
+// Every level this CPU supports, lowest first (always includes kScalar).
+std::vector<SimdLevel> supported_simd_levels();
+
+// The level kernels use now: a forced level (tests, benchmarks) if set, else KITE_CPU_SCALAR=1
+// -> kScalar, else KITE_CPU_SIMD=<name> if supported, else best_simd_level(). Read on each op
+// (a relaxed atomic load), so forcing takes effect for the next op.
+SimdLevel active_simd_level();
+// Forces a level (clamped to what the CPU supports); reset_simd_level() undoes it.
+void force_simd_level(SimdLevel l);
+void reset_simd_level();
+
+}  // namespace kite::cpu

@@ -1,0 +1,100 @@
+// kite/backends/cpu/matmul.h — the interface between the mul_mat driver (ops_matmul.cpp) and
+// the per-instruction-set kernel files (matmul_avx2.cpp, matmul_avx512.cpp). Internal to the
+// CPU backend.
+//
+// Quantized weights are multiplied against activations quantized on the fly to 8 bits:
+//   - 32-element block types (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL) pair with ActQ8 blocks
+//     (float scale d, float s = d * sum(qs), 32 int8 codes — Q8_1's content with float fields);
+//   - 256-element types (Q2_K..Q6_K, IQ4_XS) pair with quant::BlockQ8_K (float d, bsums).
+// F32/F16/BF16 weights are multiplied against the f32 activation rows directly.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "backends/cpu/cpu_features.h"
+#include "formats/quant/blocks.h"
+#include "src/core/tensor.h"
+
+namespace kite::cpu {
+
+struct ActQ8 {
+  float d;  // scale: x ≈ d * qs[j]
+  float s;  // d * sum(qs)
+  int8_t qs[32];
+};
+static_assert(sizeof(ActQ8) == 40);
+
+enum class ActFormat { kF32, kQ8, kQ8U, kQ8K };  // kQ8U: ActQ8 with codes + 128 (u8)
+
+// The activation format a weight type's fast kernel consumes.
+ActFormat act_format(DType weight_type);
+// Bytes of one activation row of k elements in `f`.
+size_t act_row_bytes(ActFormat f, int64_t k);
+
+// out[j] = dot(weight row w of k elements, activation row j) for j < na (1..kMaxNa); activation
+// row j starts at act + j * act_stride bytes.
+inline constexpr int kMaxNa = 4;
+using VecDotFn = void (*)(int64_t k, const void* w, const uint8_t* act, size_t act_stride, float* out);
+// Quantizes k floats (a multiple of the block size) into activation blocks.
+using QuantizeActFn = void (*)(const float* x, void* dst, int64_t k);
+
+inline constexpr int kTypeSlots = 40;  // ggml type ids are < 40
+
+struct MatmulKernels {
+  QuantizeActFn quantize_q8 = nullptr;
+  QuantizeActFn quantize_q8k = nullptr;
+  // dot[type id][na - 1]; null where the level has no kernel for the type. (Plain arrays: the
+  // kernel files must not instantiate header inline functions, which the linker could then
+  // share with code for other levels.)
+  VecDotFn dot[kTypeSlots][kMaxNa] = {};
+
+  // Prefill tiles (levels with VNNI): tile_pack[type] decodes 8 weight rows (rows[r], r < nrows;
+  // the rest zero) into the interleaved tile layout below; tile_dot[na - 1] multiplies a tile by
+  // na ActQ8 activation rows: out[j * 8 + r] for row r of the tile and activation j.
+  // Tile layout per 32-element block: u8 codes u[8 groups of 4][8 rows][4], float d[8], c[8];
+  // weight value = d * u + c (u = code + offset, c = -offset * d or the block minimum).
+  void (*tile_pack[kTypeSlots])(const uint8_t* const* rows, int nrows, int64_t k, uint8_t* tile) = {};
+  void (*tile_dot[kMaxNa])(int64_t k, const uint8_t* tile, const uint8_t* act, size_t act_stride, float* out) = {};
+  // The same for types with 16-element scales (Q3_K, Q6_K): tiles of signed codes w with a scale
+  // d and a correction cw = -128 * d * sum(w) per 16 elements, against ActQ8U activations (ActQ8
+  // with codes stored as y + 128). Layout per 32 elements: i8 w[8 groups][8 rows][4], float
+  // d_lo[8], d_hi[8], cw_lo[8], cw_hi[8].
+  void (*tile16_pack[kTypeSlots])(const uint8_t* const* rows, int nrows, int64_t k, uint8_t* tile) = {};
+  void (*tile16_dot[kMaxNa])(int64_t k, const uint8_t* tile, const uint8_t* act, size_t act_stride, float* out) = {};
+
+  // Row helpers for the other hot ops (attention, rms_norm, swiglu).
+  float (*dot_f16_f32)(const uint16_t* a, const float* b, int64_t n) = nullptr;
+  float (*dot_f32_f32)(const float* a, const float* b, int64_t n) = nullptr;
+  void (*axpy_f16)(float* y, float a, const uint16_t* x, int64_t n) = nullptr;  // y += a * x
+  void (*axpy_f32)(float* y, float a, const float* x, int64_t n) = nullptr;
+  // s[i] = exp(s[i] - m) for i < n; returns the sum.
+  float (*exp_sub_sum)(float* s, int64_t n, float m) = nullptr;
+  float (*sum_sq)(const float* x, int64_t n) = nullptr;
+  // Attention for ng (<= 8) query heads sharing K/V rows: scores[h * nk + j] = scale * q[h] · k_j;
+  // acc[h * hd + i] = sum_j p[h * nk + j] * v_j[i]. Rows are F16 (k16/v16) or F32.
+  void (*attn_scores)(const float* const* q, int ng, const uint8_t* const* krows, bool k16, int64_t nk,
+                      int64_t hd, float scale, float* scores) = nullptr;
+  void (*attn_accum)(const float* p, int ng, const uint8_t* const* vrows, bool v16, int64_t nk, int64_t hd,
+                     float* acc) = nullptr;
+  void (*swiglu)(float* y, const float* g, const float* u, int64_t n) = nullptr;  // silu(g) * u
+};
+
+inline constexpr int kTileRows = 8;
+inline constexpr size_t kTileBlockBytes = 32 * kTileRows + 2 * kTileRows * sizeof(float);  // per 32 elements
+inline constexpr size_t kTile16BlockBytes = 32 * kTileRows + 4 * kTileRows * sizeof(float);
+
+// The active level's table, or nullptr at kScalar (ops then use their scalar loops).
+const MatmulKernels* active_kernels();
+// A level's table (nullptr for kScalar and for levels not compiled into this build).
+const MatmulKernels* matmul_kernels_for(SimdLevel level);
+
+// Kernel tables of the compiled x86 levels (their files are compiled only on x86-64).
+const MatmulKernels& matmul_kernels_avx2();
+const MatmulKernels& matmul_kernels_avx512();
+
+// Scalar activation quantizers (reference-level; also used by tests).
+void quantize_act_q8_scalar(const float* x, void* dst, int64_t k);
+void quantize_act_q8k_scalar(const float* x, void* dst, int64_t k);
+
+}  // namespace kite::cpu

@@ -1,0 +1,515 @@
+// Op conformance: every op and variant, run through each registered backend (and, for the CPU,
+// through every SIMD level this machine supports, forced in turn), compared with naive
+// double-precision references written here by normalized mean squared error on random data
+// (fixed seeds).
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backends/cpu/cpu_features.h"
+#include "backends/cpu/matmul.h"
+#include "formats/quant/types.h"
+#include "src/base/half.h"
+#include "src/core/backend.h"
+#include "src/core/graph.h"
+#include "src/core/planner.h"
+
+namespace kite {
+namespace {
+
+using cpu::SimdLevel;
+
+std::vector<float> randn(size_t n, uint32_t seed, float scale = 1.f) {
+  std::mt19937 g(seed);
+  std::normal_distribution<float> d(0.f, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(g);
+  return v;
+}
+
+std::vector<uint8_t> bytes_of(const std::vector<float>& v) {
+  std::vector<uint8_t> b(v.size() * 4);
+  std::memcpy(b.data(), v.data(), b.size());
+  return b;
+}
+
+std::vector<uint8_t> bytes_of_i32(const std::vector<int32_t>& v) {
+  std::vector<uint8_t> b(v.size() * 4);
+  std::memcpy(b.data(), v.data(), b.size());
+  return b;
+}
+
+// Rows of `cols` floats encoded as `t`.
+std::vector<uint8_t> encode(DType t, const std::vector<float>& x, int64_t rows, int64_t cols) {
+  const size_t rb = quant::row_size(t, cols).value();
+  std::vector<uint8_t> out(rb * static_cast<size_t>(rows));
+  REQUIRE(quant::quantize_rows(t, x.data(), out.data(), rows, cols).ok());
+  return out;
+}
+
+std::vector<float> decode(DType t, const std::vector<uint8_t>& b, int64_t n) {
+  std::vector<float> out(static_cast<size_t>(n));
+  REQUIRE(quant::dequantize_row(t, b.data(), out.data(), n).ok());
+  return out;
+}
+
+double nmse(const std::vector<float>& got, const std::vector<double>& ref) {
+  REQUIRE(got.size() == ref.size());
+  double num = 0, den = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    if (!std::isfinite(got[i])) return INFINITY;
+    num += (got[i] - ref[i]) * (got[i] - ref[i]);
+    den += ref[i] * ref[i];
+  }
+  return den > 0 ? num / den : num;
+}
+
+struct Input {
+  Tensor* t;
+  std::vector<uint8_t> bytes;
+};
+
+// Plans, places and runs the graph that ends in `out` on `be`; returns out's elements as floats.
+std::vector<float> run_graph(Backend& be, Graph& g, Tensor* out, const std::vector<Input>& inputs) {
+  g.build(out);
+  const MemoryPlan plan = MemoryPlan::make(g);
+  auto buf = be.alloc(plan.arena_bytes() + 64);
+  REQUIRE(buf.ok());
+  plan.place(g, static_cast<uint8_t*>((*buf)->base()));
+  for (const Input& in : inputs) {
+    REQUIRE(in.bytes.size() == in.t->nbytes());
+    REQUIRE(be.upload(*in.t, in.bytes.data(), in.bytes.size()).ok());
+  }
+  REQUIRE(be.compute(g.nodes()).ok());
+  REQUIRE(be.synchronize().ok());
+  std::vector<uint8_t> raw(out->nbytes());
+  REQUIRE(be.download(*out, raw.data(), raw.size()).ok());
+  if (out->type == DType::F32) {
+    std::vector<float> v(raw.size() / 4);
+    std::memcpy(v.data(), raw.data(), raw.size());
+    return v;
+  }
+  return decode(out->type, raw, out->n_elements());
+}
+
+// One way of running ops: a backend, and for the CPU a forced SIMD level.
+struct Config {
+  std::string label;
+  Backend* backend;
+  bool cpu;
+  SimdLevel level;
+};
+
+// Calls fn for every registered backend (2 threads) and, for the CPU, every supported level
+// (plus a 3-thread CPU run at the best level, for the work splitting).
+void for_each_config(const std::function<void(const Config&)>& fn) {
+  for (const std::string& name : backend_names()) {
+    const bool is_cpu = name == "cpu";
+    std::vector<int> threads = is_cpu ? std::vector<int>{2, 3, 1} : std::vector<int>{0};
+    for (int nt : threads) {
+      BackendOptions opts;
+      opts.n_threads = nt;
+      auto be = create_backend(name, opts);
+      REQUIRE_MESSAGE(be.ok(), "backend ", name);
+      std::vector<SimdLevel> levels = {cpu::best_simd_level()};
+      if (is_cpu && nt == 2) levels = cpu::supported_simd_levels();
+      for (SimdLevel l : levels) {
+        if (is_cpu) cpu::force_simd_level(l);
+        const std::string label =
+            name + (is_cpu ? std::string("/") + cpu::simd_level_name(l) + "/t" + std::to_string(nt) : "");
+        fn(Config{label, be->get(), is_cpu, l});
+      }
+    }
+  }
+  cpu::reset_simd_level();
+}
+
+const DType kFloatTypes[] = {DType::F32, DType::F16, DType::BF16};
+const DType kQuantTypes[] = {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0,
+                             DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K,
+                             DType::IQ4_NL, DType::IQ4_XS};
+
+bool is_float(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; }
+
+// NMSE bound for mul_mat: exact f32 math (scalar reference, float weights) vs activations
+// quantized to 8 bits on the fly.
+double mul_mat_bound(const Config& c, DType t) {
+  if (is_float(t) || (c.cpu && c.level == SimdLevel::kScalar)) return 1e-9;
+  return 1e-4;
+}
+
+// x is [k, n] (or 3-D [k, n1, n2] when n2 > 1), optionally a strided view with a gap between
+// its n2 groups of n1 rows.
+void check_mul_mat(DType t, int64_t k, int64_t m, int64_t n1, int64_t n2, bool gap, uint32_t seed) {
+  const int64_t n = n1 * n2;
+  const std::vector<float> wf = randn(static_cast<size_t>(k * m), seed);
+  const std::vector<uint8_t> wb = encode(t, wf, m, k);
+  const std::vector<float> wd = decode(t, wb, k * m);  // the values the kernels must multiply
+  const int64_t stored_rows = gap ? n2 * (n1 + 1) : n;
+  const std::vector<float> xf = randn(static_cast<size_t>(k * stored_rows), seed + 1);
+  auto x_at = [&](int64_t j) {
+    const int64_t i1 = j % n1, i2 = j / n1;
+    return &xf[static_cast<size_t>((gap ? i2 * (n1 + 1) + i1 : j) * k)];
+  };
+  std::vector<double> ref(static_cast<size_t>(m * n));
+  for (int64_t j = 0; j < n; ++j)
+    for (int64_t i = 0; i < m; ++i) {
+      double s = 0;
+      const float* xr = x_at(j);
+      for (int64_t e = 0; e < k; ++e) s += static_cast<double>(wd[static_cast<size_t>(i * k + e)]) * xr[e];
+      ref[static_cast<size_t>(j * m + i)] = s;
+    }
+  for_each_config([&](const Config& c) {
+    Graph g;
+    Tensor* w = g.input(t, {k, m}, "w");
+    Tensor* xs = g.input(DType::F32, {k, stored_rows}, "x");
+    Tensor* x = xs;
+    if (n2 > 1 || gap) {
+      x = g.reshape(xs, {k, gap ? n1 + 1 : n1, n2});
+      if (gap) {
+        x->ne[1] = n1;  // a strided view: n2 groups of n1 rows, one row skipped between groups
+      }
+    }
+    Tensor* y = g.mul_mat(w, x);
+    const std::vector<float> got = run_graph(*c.backend, g, y, {{w, wb}, {xs, bytes_of(xf)}});
+    const double e = nmse(got, ref);
+    INFO(c.label, " ", quant::find_traits(t)->name, " k=", k, " m=", m, " n=", n1, "x", n2, gap ? " strided" : "");
+    CHECK(e < mul_mat_bound(c, t));
+    // The int8 kernels really ran (an exact result would mean the reference was used).
+    if (mul_mat_bound(c, t) > 1e-9) CHECK(e > 0);
+  });
+}
+
+TEST_CASE("ops: cpu features and simd levels") {
+  const auto& f = cpu::cpu_features();
+  MESSAGE("cpu features: ", f.describe(), "; best level ", std::string(cpu::simd_level_name(cpu::best_simd_level())));
+  const auto levels = cpu::supported_simd_levels();
+  REQUIRE(!levels.empty());
+  CHECK(levels.front() == SimdLevel::kScalar);
+  CHECK(levels.back() == cpu::best_simd_level());
+  if (f.avx2 && f.fma && f.f16c) CHECK(levels.size() >= 2);
+  SimdLevel l;
+  CHECK(cpu::parse_simd_level("avx2", &l));
+  CHECK(l == SimdLevel::kAvx2);
+  CHECK_FALSE(cpu::parse_simd_level("sse9", &l));
+  cpu::force_simd_level(SimdLevel::kScalar);
+  CHECK(cpu::active_simd_level() == SimdLevel::kScalar);
+  cpu::force_simd_level(SimdLevel::kAvx512);  // clamped to what the CPU has
+  CHECK(cpu::active_simd_level() == cpu::best_simd_level());
+  cpu::reset_simd_level();
+}
+
+TEST_CASE("ops: activation quantizers match their scalar versions") {
+  const int64_t k = 512;
+  const std::vector<float> x = randn(static_cast<size_t>(k), 7, 3.f);
+  std::vector<uint8_t> ref8(cpu::act_row_bytes(cpu::ActFormat::kQ8, k)), refk(cpu::act_row_bytes(cpu::ActFormat::kQ8K, k));
+  cpu::quantize_act_q8_scalar(x.data(), ref8.data(), k);
+  cpu::quantize_act_q8k_scalar(x.data(), refk.data(), k);
+  // The scalar Q8 blocks reproduce x within half a step.
+  const auto* b = reinterpret_cast<const cpu::ActQ8*>(ref8.data());
+  for (int64_t i = 0; i < k; ++i) CHECK(std::fabs(b[i / 32].d * b[i / 32].qs[i % 32] - x[static_cast<size_t>(i)]) <= 0.51f * b[i / 32].d);
+  for (SimdLevel l : cpu::supported_simd_levels()) {
+    if (l == SimdLevel::kScalar) continue;
+    REQUIRE(cpu::matmul_kernels_for(l) != nullptr);
+    const cpu::MatmulKernels& mk = *cpu::matmul_kernels_for(l);
+    std::vector<uint8_t> q8(ref8.size()), qk(refk.size());
+    mk.quantize_q8(x.data(), q8.data(), k);
+    mk.quantize_q8k(x.data(), qk.data(), k);
+    INFO(cpu::simd_level_name(l));
+    for (DType t : kQuantTypes) CHECK(static_cast<bool>(mk.dot[static_cast<size_t>(t)][0]));
+    for (DType t : kFloatTypes) CHECK(static_cast<bool>(mk.dot[static_cast<size_t>(t)][3]));
+    CHECK(q8 == ref8);
+    CHECK(qk == refk);
+  }
+}
+
+TEST_CASE("ops: prefill tiles match the per-row kernels on the same activations") {
+  const int64_t k = 512, na = 4;
+  const std::vector<float> xf = randn(static_cast<size_t>(k * na), 77);
+  for (SimdLevel l : cpu::supported_simd_levels()) {
+    if (l == SimdLevel::kScalar) continue;
+    REQUIRE(cpu::matmul_kernels_for(l) != nullptr);
+    const cpu::MatmulKernels& mk = *cpu::matmul_kernels_for(l);
+    int tiled_types = 0;
+    for (DType t : kQuantTypes) {
+      const auto id = static_cast<size_t>(t);
+      const bool t16 = mk.tile16_pack[id] != nullptr;
+      if (mk.tile_pack[id] == nullptr && !t16) continue;
+      ++tiled_types;
+      for (int nrows : {8, 5}) {
+        const std::vector<uint8_t> wb = encode(t, randn(static_cast<size_t>(k * nrows), 78 + nrows), nrows, k);
+        const size_t rb = wb.size() / static_cast<size_t>(nrows);
+        // Activations for the tile (ActQ8, or ActQ8U with codes + 128) and for the row kernel.
+        const size_t ab = cpu::act_row_bytes(cpu::ActFormat::kQ8, k);
+        std::vector<uint8_t> at(ab * na);
+        for (int j = 0; j < na; ++j) {
+          mk.quantize_q8(&xf[static_cast<size_t>(j * k)], at.data() + ab * j, k);
+          if (t16)
+            for (size_t b = 0; b < ab; b += sizeof(cpu::ActQ8))
+              for (int i = 0; i < 32; ++i) at[ab * j + b + 8 + i] ^= 0x80;
+        }
+        const cpu::ActFormat rf = cpu::act_format(t);
+        const size_t rab = cpu::act_row_bytes(rf, k);
+        std::vector<uint8_t> ar(rab * na);
+        for (int j = 0; j < na; ++j)
+          (rf == cpu::ActFormat::kQ8 ? mk.quantize_q8 : mk.quantize_q8k)(&xf[static_cast<size_t>(j * k)], ar.data() + rab * j, k);
+        std::vector<uint8_t> tile(static_cast<size_t>(k / 32) * (t16 ? cpu::kTile16BlockBytes : cpu::kTileBlockBytes));
+        const uint8_t* rows[cpu::kTileRows];
+        for (int r = 0; r < nrows; ++r) rows[r] = wb.data() + rb * r;
+        (t16 ? mk.tile16_pack[id] : mk.tile_pack[id])(rows, nrows, k, tile.data());
+        float got[cpu::kMaxNa * cpu::kTileRows];
+        (t16 ? mk.tile16_dot : mk.tile_dot)[na - 1](k, tile.data(), at.data(), ab, got);
+        std::vector<float> g;
+        std::vector<double> ref;
+        for (int j = 0; j < na; ++j)
+          for (int r = 0; r < nrows; ++r) {
+            float one;
+            mk.dot[id][0](k, rows[r], ar.data() + rab * j, rab, &one);
+            ref.push_back(one);
+            g.push_back(got[j * cpu::kTileRows + r]);
+          }
+        INFO(cpu::simd_level_name(l), " ", quant::find_traits(t)->name, " rows ", nrows);
+        // Same weights; the activations differ only in block size for the K types (Q8 vs Q8_K).
+        CHECK(nmse(g, ref) < (rf == cpu::ActFormat::kQ8 ? 1e-10 : 1e-4));
+      }
+    }
+    if (l == SimdLevel::kAvx512) CHECK(tiled_types == 11);
+  }
+}
+
+TEST_CASE("ops: mul_mat quantized weights, every type and level") {
+  uint32_t seed = 100;
+  for (DType t : kQuantTypes) {
+    const bool k_quant = quant::find_traits(t)->block_size == 256;
+    for (int64_t n : {1, 2, 4, 7, 19}) check_mul_mat(t, 512, 37, n, 1, false, seed++);
+    check_mul_mat(t, k_quant ? 256 : 96, 5, 3, 1, false, seed++);
+  }
+}
+
+TEST_CASE("ops: mul_mat float weights, odd sizes") {
+  uint32_t seed = 200;
+  for (DType t : kFloatTypes) {
+    for (int64_t n : {1, 3, 4, 9}) check_mul_mat(t, 67, 13, n, 1, false, seed++);
+    check_mul_mat(t, 512, 33, 5, 1, false, seed++);
+  }
+}
+
+TEST_CASE("ops: mul_mat 3-D and strided activations") {
+  uint32_t seed = 300;
+  for (DType t : {DType::F32, DType::F16, DType::Q4_0, DType::Q4_K, DType::Q6_K}) {
+    check_mul_mat(t, 256, 21, 3, 2, false, seed++);
+    check_mul_mat(t, 256, 21, 3, 2, true, seed++);
+    check_mul_mat(t, 256, 21, 5, 2, true, seed++);  // 10 rows: the prefill path
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The other ops.
+
+// Runs a single-output graph built by `build` on every config and compares with `ref`.
+void check_op(const char* what, const std::vector<double>& ref, double bound,
+              const std::function<std::vector<float>(Backend&)>& run) {
+  for_each_config([&](const Config& c) {
+    const std::vector<float> got = run(*c.backend);
+    INFO(what, " on ", c.label);
+    CHECK(nmse(got, ref) < bound);
+  });
+}
+
+TEST_CASE("ops: add, mul, scale, swiglu with broadcast") {
+  const int64_t ne0 = 37, rows = 6;
+  const std::vector<float> a = randn(ne0 * rows, 1), b = randn(ne0 * rows, 2), b1 = randn(ne0, 3);
+  std::vector<double> add(a.size()), mul(a.size()), addb(a.size()), scale(a.size()), sw(a.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    add[i] = static_cast<double>(a[i]) + b[i];
+    mul[i] = static_cast<double>(a[i]) * b[i];
+    addb[i] = static_cast<double>(a[i]) + b1[i % ne0];
+    scale[i] = a[i] * 0.375;
+    sw[i] = a[i] / (1.0 + std::exp(-static_cast<double>(a[i]))) * b[i];
+  }
+  auto binary = [&](int which, bool bcast) {
+    return [&, which, bcast](Backend& be) {
+      Graph g;
+      Tensor* ta = g.input(DType::F32, {ne0, 3, 2}, "a");
+      Tensor* tb = bcast ? g.input(DType::F32, {ne0}, "b") : g.input(DType::F32, {ne0, 3, 2}, "b");
+      Tensor* y = which == 0 ? g.add(ta, tb) : which == 1 ? g.mul(ta, tb) : which == 2 ? g.swiglu(ta, tb) : g.scale(ta, 0.375f);
+      if (which == 3) return run_graph(be, g, y, {{ta, bytes_of(a)}});  // tb is not in the graph
+      return run_graph(be, g, y, {{ta, bytes_of(a)}, {tb, bytes_of(bcast ? b1 : b)}});
+    };
+  };
+  check_op("add", add, 1e-12, binary(0, false));
+  check_op("add broadcast", addb, 1e-12, binary(0, true));
+  check_op("mul", mul, 1e-12, binary(1, false));
+  check_op("swiglu", sw, 1e-10, binary(2, false));
+  check_op("scale", scale, 1e-12, binary(3, false));
+}
+
+TEST_CASE("ops: rms_norm with and without weight") {
+  for (int64_t ne0 : {67, 2048}) {
+    const int64_t rows = 5;
+    const std::vector<float> x = randn(static_cast<size_t>(ne0 * rows), 11, 2.f), w = randn(static_cast<size_t>(ne0), 12);
+    for (bool with_w : {false, true}) {
+      std::vector<double> ref(x.size());
+      for (int64_t r = 0; r < rows; ++r) {
+        double ss = 0;
+        for (int64_t i = 0; i < ne0; ++i) ss += static_cast<double>(x[r * ne0 + i]) * x[r * ne0 + i];
+        const double s = 1.0 / std::sqrt(ss / ne0 + 1e-5);
+        for (int64_t i = 0; i < ne0; ++i) ref[r * ne0 + i] = x[r * ne0 + i] * s * (with_w ? w[i] : 1.f);
+      }
+      check_op(with_w ? "rms_norm*w" : "rms_norm", ref, 1e-11, [&](Backend& be) {
+        Graph g;
+        Tensor* tx = g.input(DType::F32, {ne0, rows}, "x");
+        Tensor* tw = g.input(DType::F32, {ne0}, "w");
+        Tensor* y = g.rms_norm(tx, with_w ? tw : nullptr, 1e-5f);
+        std::vector<Input> in = {{tx, bytes_of(x)}};
+        if (with_w) in.push_back({tw, bytes_of(w)});
+        return run_graph(be, g, y, in);
+      });
+    }
+  }
+}
+
+TEST_CASE("ops: rope norm and neox, full and partial, linear scaling") {
+  const int64_t hd = 64, nh = 3, nt = 4;
+  const std::vector<float> x = randn(static_cast<size_t>(hd * nh * nt), 21);
+  const std::vector<int32_t> pos = {0, 5, 17, 300};
+  for (RopeMode mode : {RopeMode::kNorm, RopeMode::kNeox}) {
+    for (int n_rot : {64, 32}) {
+      for (float factor : {1.f, 4.f}) {
+        RopeParams p;
+        p.mode = mode;
+        p.n_rot = n_rot;
+        p.freq_base = 10000.f;
+        p.scaling = factor == 1.f ? RopeScaling::kNone : RopeScaling::kLinear;
+        p.factor = factor;
+        std::vector<double> ref(x.begin(), x.end());
+        for (int64_t t = 0; t < nt; ++t)
+          for (int64_t h = 0; h < nh; ++h)
+            for (int i = 0; i < n_rot / 2; ++i) {
+              const double theta = pos[t] * std::pow(10000.0, -2.0 * i / n_rot) / factor;
+              const int64_t base = (t * nh + h) * hd;
+              const int64_t i0 = base + (mode == RopeMode::kNorm ? 2 * i : i);
+              const int64_t i1 = base + (mode == RopeMode::kNorm ? 2 * i + 1 : i + n_rot / 2);
+              ref[i0] = x[i0] * std::cos(theta) - x[i1] * std::sin(theta);
+              ref[i1] = x[i0] * std::sin(theta) + x[i1] * std::cos(theta);
+            }
+        check_op("rope", ref, 1e-9, [&](Backend& be) {
+          Graph g;
+          Tensor* tx = g.input(DType::F32, {hd, nh, nt}, "x");
+          Tensor* tp = g.input(DType::I32, {nt}, "pos");
+          Tensor* y = g.rope(tx, tp, p);
+          return run_graph(be, g, y, {{tx, bytes_of(x)}, {tp, bytes_of_i32(pos)}});
+        });
+      }
+    }
+  }
+}
+
+TEST_CASE("ops: get_rows, copy and kv_write") {
+  const int64_t ne0 = 256, rows = 9;
+  const std::vector<float> table = randn(static_cast<size_t>(ne0 * rows), 31);
+  const std::vector<int32_t> ids = {3, 0, 8, 3};
+  for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q4_0, DType::Q8_0, DType::Q4_K, DType::Q6_K}) {
+    const std::vector<uint8_t> tb = encode(t, table, rows, ne0);
+    const std::vector<float> td = decode(t, tb, ne0 * rows);
+    std::vector<double> ref;
+    for (int32_t id : ids) ref.insert(ref.end(), td.begin() + id * ne0, td.begin() + (id + 1) * ne0);
+    check_op("get_rows", ref, 1e-14, [&](Backend& be) {
+      Graph g;
+      Tensor* tt = g.input(t, {ne0, rows}, "table");
+      Tensor* ti = g.input(DType::I32, {static_cast<int64_t>(ids.size())}, "ids");
+      return run_graph(be, g, g.get_rows(tt, ti), {{tt, tb}, {ti, bytes_of_i32(ids)}});
+    });
+  }
+  // copy F32 -> F16 / BF16 / Q8_0 and back to F32.
+  for (DType t : {DType::F16, DType::BF16, DType::Q8_0}) {
+    const std::vector<float> td = decode(t, encode(t, table, rows, ne0), ne0 * rows);
+    check_op("copy", std::vector<double>(td.begin(), td.end()), 1e-14, [&](Backend& be) {
+      Graph g;
+      Tensor* tx = g.input(DType::F32, {ne0, rows}, "x");
+      return run_graph(be, g, g.copy(g.copy(tx, t), DType::F32), {{tx, bytes_of(table)}});
+    });
+  }
+  // kv_write into an F16 cache of 12 slots.
+  const int64_t slots = 12;
+  const std::vector<int32_t> where = {7, 2, 11};
+  const std::vector<float> newrows(table.begin(), table.begin() + 3 * ne0);
+  const std::vector<float> rd = decode(DType::F16, encode(DType::F16, newrows, 3, ne0), 3 * ne0);
+  std::vector<double> ref(static_cast<size_t>(ne0 * slots), 0.0);
+  for (size_t r = 0; r < where.size(); ++r)
+    for (int64_t i = 0; i < ne0; ++i) ref[where[r] * ne0 + i] = rd[r * ne0 + i];
+  check_op("kv_write", ref, 1e-14, [&](Backend& be) {
+    Graph g;
+    Tensor* cache = g.input(DType::F16, {ne0, slots}, "cache");
+    Tensor* tr = g.input(DType::F32, {ne0, 3}, "rows");
+    Tensor* ts = g.input(DType::I32, {3}, "slots");
+    return run_graph(be, g, g.kv_write(cache, tr, ts),
+                     {{cache, std::vector<uint8_t>(static_cast<size_t>(ne0 * slots * 2), 0)},
+                      {tr, bytes_of(newrows)},
+                      {ts, bytes_of_i32(where)}});
+  });
+}
+
+TEST_CASE("ops: attention over a paged F16 and F32 cache with GQA") {
+  const int64_t hd = 64, nh = 4, nkv = 2, bs = 4, nblocks = 8, nslots = bs * nblocks, maxb = 4;
+  // Two sequences: seq 0 owns blocks {2, 0, 5, 7}, seq 1 owns {1, 3, 4, 6}.
+  const std::vector<int32_t> table = {2, 0, 5, 7, 1, 3, 4, 6};  // [max_blocks=4, n_seqs=2]
+  const std::vector<int32_t> pos = {13, 2, 15, 9}, seq = {0, 1, 0, 1};
+  const int64_t nt = static_cast<int64_t>(pos.size());
+  const std::vector<float> q = randn(static_cast<size_t>(hd * nh * nt), 41);
+  const std::vector<float> kf = randn(static_cast<size_t>(hd * nkv * nslots), 42);
+  const std::vector<float> vf = randn(static_cast<size_t>(hd * nkv * nslots), 43);
+  const float scale = 1.f / 8.f;
+  for (DType t : {DType::F16, DType::F32}) {
+    const std::vector<uint8_t> kb = encode(t, kf, nslots, hd * nkv), vb = encode(t, vf, nslots, hd * nkv);
+    const std::vector<float> kd = decode(t, kb, hd * nkv * nslots), vd = decode(t, vb, hd * nkv * nslots);
+    std::vector<double> ref(static_cast<size_t>(hd * nh * nt));
+    for (int64_t ti = 0; ti < nt; ++ti)
+      for (int64_t h = 0; h < nh; ++h) {
+        const int64_t kvh = h / (nh / nkv);
+        std::vector<double> s;
+        for (int64_t j = 0; j <= pos[ti]; ++j) {
+          const int64_t slot = table[seq[ti] * maxb + j / bs] * bs + j % bs;
+          double d = 0;
+          for (int64_t i = 0; i < hd; ++i) d += static_cast<double>(q[(ti * nh + h) * hd + i]) * kd[(slot * nkv + kvh) * hd + i];
+          s.push_back(d * scale);
+        }
+        double mx = -INFINITY, sum = 0;
+        for (double v : s) mx = std::max(mx, v);
+        for (double& v : s) sum += (v = std::exp(v - mx));
+        for (int64_t i = 0; i < hd; ++i) {
+          double acc = 0;
+          for (int64_t j = 0; j <= pos[ti]; ++j) {
+            const int64_t slot = table[seq[ti] * maxb + j / bs] * bs + j % bs;
+            acc += s[j] / sum * vd[(slot * nkv + kvh) * hd + i];
+          }
+          ref[(ti * nh + h) * hd + i] = acc;
+        }
+      }
+    check_op("attention", ref, 1e-10, [&](Backend& be) {
+      Graph g;
+      Tensor* tq = g.input(DType::F32, {hd, nh, nt}, "q");
+      Tensor* tk = g.input(t, {hd * nkv, nslots}, "k");
+      Tensor* tv = g.input(t, {hd * nkv, nslots}, "v");
+      Tensor* tp = g.input(DType::I32, {nt}, "pos");
+      Tensor* ts = g.input(DType::I32, {nt}, "seq");
+      Tensor* tt = g.input(DType::I32, {maxb, 2}, "table");
+      AttentionParams ap;
+      ap.n_kv_head = static_cast<int32_t>(nkv);
+      ap.block_size = static_cast<int32_t>(bs);
+      ap.scale = scale;
+      return run_graph(be, g, g.attention(tq, tk, tv, tp, ts, tt, ap),
+                       {{tq, bytes_of(q)}, {tk, kb}, {tv, vb}, {tp, bytes_of_i32(pos)}, {ts, bytes_of_i32(seq)},
+                        {tt, bytes_of_i32(table)}});
+    });
+  }
+}
+
+}  // namespace
+}  // namespace kite
