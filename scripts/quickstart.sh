@@ -5,5 +5,5 @@ cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
 bash scripts/build.sh
 model=models/stories260K-Q8_0.gguf
-echo "== kite inspect $model" >&2
-build/tools/kite inspect "$model" | head -40
+echo "== kite run -m $model -p 'Once upon a time' -n 96" >&2
+build/tools/kite run -m "$model" -p "Once upon a time" -n 96 --temp 0.7 --seed 42

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "formats/gguf.h"
+#include "formats/safetensors.h"
 #include "formats/weight_source.h"
 #include "tools/commands.h"
 
@@ -92,27 +93,50 @@ Summary summarize(const gguf::Metadata& meta) {
   return s;
 }
 
-int run_inspect(const std::string& path, bool json) {
-  // GGUF files are read directly so the container details (version, alignment) show too.
+bool ends_with(const std::string& s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// What was opened: a GGUF file (read directly, so container details show), a single
+// .safetensors file (raw names), or a folder through WeightSource (GGUF-convention view).
+struct Opened {
+  std::string format;
   std::optional<gguf::File> gguf_file;
+  std::optional<safetensors::File> st_file;
   std::unique_ptr<WeightSource> source;
-  if (std::filesystem::is_regular_file(path)) {
-    auto f = gguf::File::open(path);
-    if (!f) {
-      std::cerr << "kite inspect: " << f.error().message << "\n";
-      return kExitFailure;
-    }
-    gguf_file = std::move(*f);
+  gguf::Metadata st_meta;
+  std::vector<TensorInfo> st_tensors;
+};
+
+Result<Opened> open_any(const std::string& path) {
+  Opened o;
+  if (std::filesystem::is_directory(path)) {
+    KITE_ASSIGN_OR_RETURN(o.source, WeightSource::open(path));
+    o.format = std::string(o.source->format()) + " (Hugging Face folder)";
+  } else if (ends_with(path, ".safetensors")) {
+    KITE_ASSIGN_OR_RETURN(o.st_file, safetensors::File::open(path));
+    o.format = "safetensors";
+    o.st_meta = gguf::Metadata(path);
+    for (const auto& [k, v] : o.st_file->metadata()) o.st_meta.set(k, gguf::Value(v));
+    for (const auto& t : o.st_file->tensors()) o.st_tensors.push_back(t.info());
   } else {
-    auto s = WeightSource::open(path);
-    if (!s) {
-      std::cerr << "kite inspect: " << s.error().message << "\n";
-      return kExitFailure;
-    }
-    source = std::move(*s);
+    KITE_ASSIGN_OR_RETURN(o.gguf_file, gguf::File::open(path));
+    o.format = "gguf";
   }
-  const gguf::Metadata& meta = gguf_file ? gguf_file->metadata() : source->metadata();
-  const std::vector<TensorInfo>& tensors = gguf_file ? gguf_file->tensors() : source->tensors();
+  return o;
+}
+
+int run_inspect(const std::string& path, bool json) {
+  auto opened = open_any(path);
+  if (!opened) {
+    std::cerr << "kite inspect: " << opened.error().message << "\n";
+    return kExitFailure;
+  }
+  const Opened& o = *opened;
+  const auto& gguf_file = o.gguf_file;
+  const gguf::Metadata& meta = gguf_file ? gguf_file->metadata() : o.source ? o.source->metadata() : o.st_meta;
+  const std::vector<TensorInfo>& tensors =
+      gguf_file ? gguf_file->tensors() : o.source ? o.source->tensors() : o.st_tensors;
   const Summary sum = summarize(meta);
   uint64_t total = 0;
   for (const auto& t : tensors) total += t.nbytes;
@@ -120,7 +144,7 @@ int run_inspect(const std::string& path, bool json) {
   if (json) {
     ordered_json doc;
     doc["path"] = path;
-    doc["format"] = gguf_file ? "gguf" : std::string(source->format());
+    doc["format"] = o.gguf_file ? "gguf" : o.source ? std::string(o.source->format()) : "safetensors";
     if (gguf_file) {
       doc["gguf_version"] = gguf_file->version();
       doc["alignment"] = gguf_file->alignment();
@@ -149,7 +173,7 @@ int run_inspect(const std::string& path, bool json) {
     std::cout << "format:        GGUF v" << gguf_file->version() << ", alignment " << gguf_file->alignment()
               << ", data at byte " << gguf_file->data_offset() << ", " << human_bytes(gguf_file->file_size()) << "\n";
   else
-    std::cout << "format:        " << source->format() << " (Hugging Face folder)\n";
+    std::cout << "format:        " << o.format << "\n";
   std::cout << "architecture:  " << (sum.arch.empty() ? "(none)" : sum.arch) << "\n";
   if (!sum.hparams.empty()) {
     std::cout << "hyperparameters:\n";

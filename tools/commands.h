@@ -19,5 +19,10 @@ inline constexpr int kExitUsage = 2;
 using Action = std::function<int()>;
 
 void register_inspect(CLI::App& app, Action* run);
+void register_tokenize(CLI::App& app, Action* run);
+void register_template(CLI::App& app, Action* run);
+void register_run(CLI::App& app, Action* run);
+void register_perplexity(CLI::App& app, Action* run);
+void register_bench(CLI::App& app, Action* run);
 
 }  // namespace kite::tools

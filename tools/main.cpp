@@ -12,6 +12,11 @@ int main(int argc, char** argv) {
 
   kite::tools::Action run;
   kite::tools::register_inspect(app, &run);
+  kite::tools::register_tokenize(app, &run);
+  kite::tools::register_template(app, &run);
+  kite::tools::register_run(app, &run);
+  kite::tools::register_perplexity(app, &run);
+  kite::tools::register_bench(app, &run);
 
   try {
     app.parse(argc, argv);
