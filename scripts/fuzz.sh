@@ -5,6 +5,8 @@
 # tests/fuzz/regressions/<format>/ so the regression test replays it forever.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# ccache keys on paths relative to the checkout, so clones in other folders share the cache.
+export CCACHE_BASEDIR="$PWD"
 seconds="${1:-60}"
 build="${KITE_FUZZ_BUILD_DIR:-build-fuzz}"
 CC=clang CXX=clang++ cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKITE_FUZZ=ON >/dev/null

@@ -520,3 +520,27 @@ TEST_CASE("jinja: lexer normalizes newlines and drops one trailing newline") {
   CHECK((*tokens)[6].text == "if");
   CHECK((*tokens)[6].column == 4);
 }
+
+// Inputs that once trapped or over-allocated (found with ASan/UBSan): they fail cleanly or render
+// Python's answer.
+TEST_CASE("jinja: integer and width edge cases do not crash") {
+  CHECK(render("{{ (-9223372036854775807 - 1) % -1 }}{{ 7 // -1 }}{{ -7 % -1 }}").value() == "0-70");
+  CHECK(render("{{ range(-9223372036854775807, 9223372036854775807, 4611686018427387904)|list }}").value() ==
+        "[-9223372036854775807, -4611686018427387903, 1, 4611686018427387905]");
+  CHECK(render("{{ range(10, 0, -3)|list }}{{ range(0)|list }}{{ range(5, 1)|list }}").value() == "[10, 7, 4, 1][][]");
+  CHECK(render("{{ '%5s|%-3d|%.2f' % ('a', 1, 2.5) }}").value() == "    a|1  |2.50");
+  CHECK(render("{{ 1|round(400) }}{{ 1.5|round(400) }}").value() == "11.5");
+  const char* failing[] = {
+      "{{ (-9223372036854775807 - 1) // -1 }}", "{{ 'x'|center(9223372036854775807) }}",
+      "{{ '{:>99999999999}'.format(1) }}",     "{{ '%999999999s' % 1 }}",
+      "{{ 'a\nb'|indent(100000000) }}",        "{{ -(-9223372036854775807 - 1) }}",
+      "{{ 2 ** 63 }}",
+  };
+  for (const char* source : failing) {
+    CAPTURE(source);
+    auto r = render(source);
+    REQUIRE_FALSE(r.ok());
+    CHECK((r.error().message.find("LimitError") != std::string::npos ||
+           r.error().message.find("OverflowError") != std::string::npos));
+  }
+}
