@@ -20,7 +20,7 @@ for format in gguf safetensors; do
   mkdir -p "$corpus" "$crashes"
   cp -n tests/fuzz/seeds/"$format"/* tests/fuzz/regressions/"$format"/* "$corpus"/ 2>/dev/null || true
   echo "fuzz: $target for ${seconds}s" >&2
-  if ! "$build/$target" -max_total_time="$seconds" -max_len=65536 -rss_limit_mb=2048 -timeout=10 \
+  if ! "$build/tests/fuzz/$target" -max_total_time="$seconds" -max_len=65536 -rss_limit_mb=2048 -timeout=10 \
       -artifact_prefix="$crashes/" -print_final_stats=1 "$corpus" 2>"$build/$target.log"; then
     echo "fuzz: $target FAILED; input saved in $crashes; log $build/$target.log" >&2
     tail -40 "$build/$target.log" >&2
