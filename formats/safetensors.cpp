@@ -1,4 +1,5 @@
 #include "formats/safetensors.h"
+#include "src/base/utf8.h"
 
 #include <algorithm>
 #include <cstring>
@@ -40,32 +41,6 @@ const DtypeRow* find_dtype(std::string_view name) {
   for (const auto& row : kDtypes)
     if (row.name == name) return &row;
   return nullptr;
-}
-
-// Length of the well-formed UTF-8 sequence starting at s[i], or 0 if there is none.
-size_t utf8_seq_len(std::string_view s, size_t i) {
-  const auto c = static_cast<unsigned char>(s[i]);
-  if (c < 0x80) return 1;
-  size_t len;
-  uint32_t cp;
-  if ((c & 0xe0) == 0xc0) {
-    len = 2, cp = c & 0x1f;
-  } else if ((c & 0xf0) == 0xe0) {
-    len = 3, cp = c & 0x0f;
-  } else if ((c & 0xf8) == 0xf0) {
-    len = 4, cp = c & 0x07;
-  } else {
-    return 0;
-  }
-  if (i + len > s.size()) return 0;
-  for (size_t k = 1; k < len; ++k) {
-    const auto cc = static_cast<unsigned char>(s[i + k]);
-    if ((cc & 0xc0) != 0x80) return 0;
-    cp = (cp << 6) | (cc & 0x3f);
-  }
-  if ((len == 2 && cp < 0x80) || (len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000)) return 0;
-  if (cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return 0;
-  return len;
 }
 
 }  // namespace
@@ -149,15 +124,6 @@ Result<uint64_t> get_uint(const Json& j, std::string_view what) {
 
 }  // namespace
 
-bool is_valid_utf8(std::string_view s) {
-  for (size_t i = 0; i < s.size();) {
-    const size_t n = utf8_seq_len(s, i);
-    if (n == 0) return false;
-    i += n;
-  }
-  return true;
-}
-
 Result<quant::Type> dtype_to_type(std::string_view dtype) {
   if (const DtypeRow* row = find_dtype(dtype)) return row->type;
   for (auto u : kUnsupportedDtypes)
@@ -234,7 +200,7 @@ class HeaderParser {
   Result<Tensor> parse_tensor(const std::string& name, const Json& value) const {
     auto fail = [&](const Error& e) { return e.with_context("tensor " + show(name)); };
     if (name.empty()) return make_error("a tensor has an empty name");
-    if (!is_valid_utf8(name)) return make_error("a tensor name is not valid UTF-8");
+    if (!valid_utf8(name)) return make_error("a tensor name is not valid UTF-8");
     if (!value.is_object()) return fail(make_error("entry must be an object, got ", json_type(value)));
 
     Tensor t;
@@ -351,7 +317,7 @@ constexpr std::string_view kIndexName = "model.safetensors.index.json";
 // A shard must be a plain relative path inside the checkpoint folder.
 Status check_shard_name(const std::string& shard) {
   if (shard.empty()) return make_error("empty shard file name");
-  if (!is_valid_utf8(shard)) return make_error("shard file name is not valid UTF-8");
+  if (!valid_utf8(shard)) return make_error("shard file name is not valid UTF-8");
   fs::path p(shard);
   if (p.is_absolute()) return make_error("shard ", show(shard), " is an absolute path");
   for (const auto& part : p)

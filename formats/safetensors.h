@@ -101,8 +101,6 @@ class Checkpoint {
   std::unordered_map<std::string, size_t> index_;
 };
 
-// True for well-formed UTF-8 (no overlongs, surrogates or code points past U+10FFFF).
-bool is_valid_utf8(std::string_view s);
 // Text safe to put in an error message: whole characters up to about `max_bytes` (then "..."),
 // malformed bytes and control characters written as \xNN.
 std::string printable(std::string_view s, size_t max_bytes = std::string::npos);

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "formats/safetensors.h"
+#include "src/base/utf8.h"
 #include "src/base/half.h"
 #include "tests/testdata.h"
 
@@ -44,7 +45,7 @@ void expect_error(const std::string& bytes, const std::string& what) {
   REQUIRE_MESSAGE(!r.ok(), "expected an error containing: ", what);
   const std::string& msg = r.error().message;
   CHECK_MESSAGE(msg.find("t.safetensors") != std::string::npos, msg);
-  CHECK_MESSAGE(st::is_valid_utf8(msg), "message is not UTF-8: ", st::printable(msg));
+  CHECK_MESSAGE(kite::valid_utf8(msg), "message is not UTF-8: ", st::printable(msg));
   CHECK_MESSAGE(msg.find(what) != std::string::npos, "got: ", msg, "\nexpected to contain: ", what);
 }
 
@@ -329,13 +330,13 @@ TEST_CASE("safetensors: fuzzer regression inputs end in a File or an Error") {
 }
 
 TEST_CASE("safetensors: UTF-8 validation") {
-  CHECK(st::is_valid_utf8("plain"));
-  CHECK(st::is_valid_utf8("h\xc3\xa9llo \xe2\x96\x81 \xf0\x9f\x98\x80"));
-  CHECK(!st::is_valid_utf8("\xc0\xaf"));          // overlong
-  CHECK(!st::is_valid_utf8("\xed\xa0\x80"));      // surrogate
-  CHECK(!st::is_valid_utf8("\xf4\x90\x80\x80"));  // past U+10FFFF
-  CHECK(!st::is_valid_utf8("\xe2\x96"));          // truncated
-  CHECK(!st::is_valid_utf8("\x80"));
+  CHECK(kite::valid_utf8("plain"));
+  CHECK(kite::valid_utf8("h\xc3\xa9llo \xe2\x96\x81 \xf0\x9f\x98\x80"));
+  CHECK(!kite::valid_utf8("\xc0\xaf"));          // overlong
+  CHECK(!kite::valid_utf8("\xed\xa0\x80"));      // surrogate
+  CHECK(!kite::valid_utf8("\xf4\x90\x80\x80"));  // past U+10FFFF
+  CHECK(!kite::valid_utf8("\xe2\x96"));          // truncated
+  CHECK(!kite::valid_utf8("\x80"));
   CHECK(st::printable("a\xff"
                       "z\n\xc3\xa9") == "a\\xffz\\x0a\xc3\xa9");
   CHECK(st::printable("abcdef", 3) == "abc...");

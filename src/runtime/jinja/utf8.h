@@ -4,6 +4,8 @@
 // code points. Invalid bytes decode as U+FFFD one byte at a time (never throws).
 #pragma once
 
+#include "src/base/utf8.h"
+
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -46,23 +48,7 @@ inline std::u32string decode(std::string_view s) {
   return out;
 }
 
-inline void append(std::string& out, char32_t cp) {
-  if (cp < 0x80) {
-    out.push_back(static_cast<char>(cp));
-  } else if (cp < 0x800) {
-    out.push_back(static_cast<char>(0xC0 | (cp >> 6)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else if (cp < 0x10000) {
-    out.push_back(static_cast<char>(0xE0 | (cp >> 12)));
-    out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else {
-    out.push_back(static_cast<char>(0xF0 | (cp >> 18)));
-    out.push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  }
-}
+inline void append(std::string& out, char32_t cp) { append_utf8(out, static_cast<uint32_t>(cp)); }
 
 inline std::string encode(std::u32string_view s) {
   std::string out;

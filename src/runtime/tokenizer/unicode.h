@@ -4,6 +4,8 @@
 // (pre-tokenizer regexes) or from the tables generated out of UnicodeData.txt (unicode_data.h).
 #pragma once
 
+#include "src/base/utf8.h"
+
 #include <array>
 #include <cstddef>
 #include <cstdint>
@@ -15,7 +17,7 @@ namespace kite::tokenizer {
 inline constexpr uint32_t kReplacementChar = 0xFFFD;
 
 // Appends the UTF-8 encoding of `cp` (must be a Unicode scalar value).
-void append_utf8(std::string& out, uint32_t cp);
+using kite::append_utf8;
 
 // Length of the sequence a lead byte announces (1 for ASCII and for invalid lead bytes).
 inline size_t utf8_len(uint8_t lead) {
