@@ -236,6 +236,14 @@ class Parser {
         return fail(make_error("tensor '", t.name, "' data [", t.offset, ", +", t.nbytes,
                                ") is past the end of the data section (", data_size, " bytes; file truncated?)")
                         .message);
+      // Kernels read block fields (halves, floats) in place: the data must sit at the type's
+      // natural alignment in the file. Only files with general.alignment < 4 can break this.
+      const quant::TypeTraits* tr = quant::find_traits(t.type);
+      const uint64_t need = tr->is_quantized ? 4 : std::min<uint64_t>(tr->type_size, 8);
+      if ((f.data_offset_ + t.offset) % need != 0)
+        return fail(make_error("tensor '", t.name, "' data at byte ", f.data_offset_ + t.offset, " is not ", need,
+                               "-byte aligned for ", tr->name, " (general.alignment = ", f.alignment_, ")")
+                        .message);
       t.data = base + t.offset;
       by_offset.push_back(&t);
     }

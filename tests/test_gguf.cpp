@@ -264,6 +264,9 @@ TEST_CASE("gguf: bad input gets an error naming the problem") {
     Bytes mis;
     mis.header(1, 0).tensor("t", {8}, 0, 3).pad().zeros(64);
     CHECK(contains(parse_error(mis), "not a multiple of the alignment"));
+    Bytes unaligned;  // alignment 1 lets a tensor start at an odd byte: refused, kernels read halves in place
+    unaligned.header(1, 1).kv_u32("general.alignment", 1).tensor("t", {32}, 8, 0).zeros(34);
+    CHECK(contains(parse_error(unaligned), "aligned"));
     Bytes overlap;
     overlap.header(2, 0).tensor("a", {16}, 0, 0).tensor("b", {8}, 0, 32).pad().zeros(96);
     CHECK(contains(parse_error(overlap), "overlap"));

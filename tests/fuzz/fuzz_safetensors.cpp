@@ -9,11 +9,12 @@
 #include "formats/hf_config.h"
 #include "formats/hf_tokenizer.h"
 #include "formats/safetensors.h"
+#include "src/base/utf8.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto f = kite::safetensors::File::parse_bytes(data, size, "fuzz.safetensors");
   // Messages travel to logs, HTTP responses and the C API: they must stay valid UTF-8.
-  if (!f && !kite::safetensors::is_valid_utf8(f.error().message)) __builtin_trap();
+  if (!f && !kite::valid_utf8(f.error().message)) __builtin_trap();
   if (f) {
     volatile uint8_t sink = 0;
     for (const auto& t : f->tensors()) {
@@ -26,9 +27,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size > 0 && data[0] == '{') {
     const std::string_view text(reinterpret_cast<const char*>(data), size);
     auto index = kite::safetensors::Checkpoint::open_index(text, "/nonexistent-kite-fuzz", "fuzz.index.json");
-    if (!index && !kite::safetensors::is_valid_utf8(index.error().message)) __builtin_trap();
+    if (!index && !kite::valid_utf8(index.error().message)) __builtin_trap();
     auto c = kite::hf::parse_config(text, "fuzz/config.json");
-    if (!c && !kite::safetensors::is_valid_utf8(c.error().message)) __builtin_trap();
+    if (!c && !kite::valid_utf8(c.error().message)) __builtin_trap();
     if (c) {
       kite::gguf::Metadata meta("fuzz");
       kite::hf::add_config_metadata(*c, "fuzz", meta);
@@ -39,7 +40,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     files.source = "fuzz";
     kite::gguf::Metadata meta("fuzz");
     auto st = kite::hf::add_tokenizer_metadata(files, kite::hf::TokenizerHints{}, meta);
-    if (!st && !kite::safetensors::is_valid_utf8(st.error().message)) __builtin_trap();
+    if (!st && !kite::valid_utf8(st.error().message)) __builtin_trap();
   }
   return 0;
 }
