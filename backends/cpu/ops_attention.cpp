@@ -10,24 +10,49 @@
 namespace kite::cpu {
 namespace {
 
+// The attention op's operands, unpacked once (see Graph::attention for the contract).
+struct AttnArgs {
+  explicit AttnArgs(const Tensor* dst)
+      : q(dst->src[0]), kc(dst->src[1]), vc(dst->src[2]), pos(dst->src[3]->host<const int32_t>()),
+        seq(dst->src[4]->host<const int32_t>()), table(dst->src[5]->host<const int32_t>()),
+        max_blocks(dst->src[5]->ne[0]), n_kv(dst->params.i[0]), bs(dst->params.i[1]), scale(dst->params.f[0]),
+        hd(q->ne[0]), n_head(q->ne[1]), n_tok(q->ne[2]), group(n_head / n_kv) {}
+
+  // Bytes of KV head g at position j of token t's sequence, read through the block table.
+  const uint8_t* k_row(int64_t t, int64_t j, int64_t g) const { return row(kc, t, j, g); }
+  const uint8_t* v_row(int64_t t, int64_t j, int64_t g) const { return row(vc, t, j, g); }
+
+  const Tensor* q;
+  const Tensor* kc;
+  const Tensor* vc;
+  const int32_t* pos;
+  const int32_t* seq;
+  const int32_t* table;
+  int64_t max_blocks;
+  int n_kv, bs;
+  float scale;
+  int64_t hd, n_head, n_tok, group;
+
+ private:
+  const uint8_t* row(const Tensor* cache, int64_t t, int64_t j, int64_t g) const {
+    const int32_t* blocks = table + static_cast<int64_t>(seq[t]) * max_blocks;
+    const int64_t slot = static_cast<int64_t>(blocks[j / bs]) * bs + j % bs;
+    return cache->row_ptr(slot) + g * hd * static_cast<int64_t>(cache->nb[0]);
+  }
+};
+
+
 // Two passes per (token, KV head): the scores of the group's query heads against every key (K
 // rows converted once per group), a max and vectorized exp per head, then the V rows
 // accumulated for the whole group.
 void attention_fast(Tensor* dst, const KernelCtx& c, const MatmulKernels& mk) {
-  const Tensor* q = dst->src[0];
-  const Tensor* kc = dst->src[1];
-  const Tensor* vc = dst->src[2];
-  const auto* pos = dst->src[3]->host<const int32_t>();
-  const auto* seq = dst->src[4]->host<const int32_t>();
-  const Tensor* bt = dst->src[5];
-  const auto* table = bt->host<const int32_t>();
-  const int64_t max_blocks = bt->ne[0];
-  const int n_kv = dst->params.i[0];
-  const int bs = dst->params.i[1];
-  const float scale = dst->params.f[0];
-  const int64_t hd = q->ne[0], n_head = q->ne[1], n_tok = q->ne[2];
-  const int64_t group = n_head / n_kv;
-  const bool k16 = kc->type == DType::F16, v16 = vc->type == DType::F16;
+  const AttnArgs a(dst);
+  const Tensor* q = a.q;
+  const int32_t* pos = a.pos;
+  const int64_t hd = a.hd, n_tok = a.n_tok, group = a.group;
+  const int n_kv = a.n_kv;
+  const float scale = a.scale;
+  const bool k16 = a.kc->type == DType::F16, v16 = a.vc->type == DType::F16;
   constexpr int64_t kMaxGroup = 8;
 
   int64_t begin, end;
@@ -46,12 +71,10 @@ void attention_fast(Tensor* dst, const KernelCtx& c, const MatmulKernels& mk) {
 
   for (int64_t r = begin; r < end; ++r) {
     const int64_t g = r % n_kv, t = r / n_kv;
-    const int32_t* blocks = table + static_cast<int64_t>(seq[t]) * max_blocks;
     const int64_t nk = pos[t] + 1;
     for (int64_t j = 0; j < nk; ++j) {
-      const int64_t slot = static_cast<int64_t>(blocks[j / bs]) * bs + j % bs;
-      krows[j] = kc->row_ptr(slot) + g * hd * static_cast<int64_t>(kc->nb[0]);
-      vrows[j] = vc->row_ptr(slot) + g * hd * static_cast<int64_t>(vc->nb[0]);
+      krows[j] = a.k_row(t, j, g);
+      vrows[j] = a.v_row(t, j, g);
     }
     for (int64_t h0 = 0; h0 < group; h0 += kMaxGroup) {
       const int ng = static_cast<int>(std::min(kMaxGroup, group - h0));
@@ -82,19 +105,11 @@ void op_attention(Tensor* dst, const KernelCtx& c) {
     attention_fast(dst, c, *mk);
     return;
   }
-  const Tensor* q = dst->src[0];
-  const Tensor* kc = dst->src[1];
-  const Tensor* vc = dst->src[2];
-  const auto* pos = dst->src[3]->host<const int32_t>();
-  const auto* seq = dst->src[4]->host<const int32_t>();
-  const Tensor* bt = dst->src[5];
-  const auto* table = bt->host<const int32_t>();
-  const int64_t max_blocks = bt->ne[0];
-  const int n_kv = dst->params.i[0];
-  const int bs = dst->params.i[1];
-  const float scale = dst->params.f[0];
-  const int64_t hd = q->ne[0], n_head = q->ne[1], n_tok = q->ne[2];
-  const int64_t group = n_head / n_kv;
+  const AttnArgs a(dst);
+  const Tensor* q = a.q;
+  const int32_t* pos = a.pos;
+  const int64_t hd = a.hd, n_head = a.n_head, n_tok = a.n_tok, group = a.group;
+  const float scale = a.scale;
 
   std::vector<float>& buf = *c.scratch;  // acc | k row | v row
   if (buf.size() < static_cast<size_t>(3 * hd)) buf.resize(static_cast<size_t>(3 * hd));
@@ -108,16 +123,14 @@ void op_attention(Tensor* dst, const KernelCtx& c) {
     const int64_t h = r % n_head, t = r / n_head;
     const int64_t g = h / group;
     const auto* qv = reinterpret_cast<const float*>(q->row_ptr(h, t));
-    const int32_t* blocks = table + static_cast<int64_t>(seq[t]) * max_blocks;
     float m = -std::numeric_limits<float>::infinity(), l = 0.f;
     for (int64_t i = 0; i < hd; ++i) acc[i] = 0.f;
     for (int64_t j = 0; j <= pos[t]; ++j) {
-      const int64_t slot = static_cast<int64_t>(blocks[j / bs]) * bs + j % bs;
-      row_to_f32(kc->type, kc->row_ptr(slot) + g * hd * static_cast<int64_t>(kc->nb[0]), kr, hd);
+      row_to_f32(a.kc->type, a.k_row(t, j, g), kr, hd);
       float s = 0.f;
       for (int64_t i = 0; i < hd; ++i) s += qv[i] * kr[i];
       s *= scale;
-      row_to_f32(vc->type, vc->row_ptr(slot) + g * hd * static_cast<int64_t>(vc->nb[0]), vr, hd);
+      row_to_f32(a.vc->type, a.v_row(t, j, g), vr, hd);
       if (s > m) {
         const float corr = std::exp(m - s);
         l *= corr;
