@@ -62,27 +62,23 @@ const float* bcast_row(const Tensor* b, int64_t i1, int64_t i2, int64_t i3) {
   return reinterpret_cast<const float*>(b->row_ptr(i1 % b->ne[1], i2 % b->ne[2], i3 % b->ne[3]));
 }
 
+// y = f(x, z) with z broadcast over rows: the binary elementwise ops.
+template <class F>
+void binary_op(Tensor* dst, const KernelCtx& c, F f) {
+  const Tensor* a = dst->src[0];
+  const Tensor* b = dst->src[1];
+  for_rows(dst, c, [&](float* y, int64_t i1, int64_t i2, int64_t i3) {
+    const auto* x = reinterpret_cast<const float*>(a->row_ptr(i1, i2, i3));
+    const float* z = bcast_row(b, i1, i2, i3);
+    for (int64_t i = 0; i < dst->ne[0]; ++i) y[i] = f(x[i], z[i]);
+  });
+}
+
 }  // namespace
 
-void op_add(Tensor* dst, const KernelCtx& c) {
-  const Tensor* a = dst->src[0];
-  const Tensor* b = dst->src[1];
-  for_rows(dst, c, [&](float* y, int64_t i1, int64_t i2, int64_t i3) {
-    const auto* x = reinterpret_cast<const float*>(a->row_ptr(i1, i2, i3));
-    const float* z = bcast_row(b, i1, i2, i3);
-    for (int64_t i = 0; i < dst->ne[0]; ++i) y[i] = x[i] + z[i];
-  });
-}
+void op_add(Tensor* dst, const KernelCtx& c) { binary_op(dst, c, [](float x, float z) { return x + z; }); }
 
-void op_mul(Tensor* dst, const KernelCtx& c) {
-  const Tensor* a = dst->src[0];
-  const Tensor* b = dst->src[1];
-  for_rows(dst, c, [&](float* y, int64_t i1, int64_t i2, int64_t i3) {
-    const auto* x = reinterpret_cast<const float*>(a->row_ptr(i1, i2, i3));
-    const float* z = bcast_row(b, i1, i2, i3);
-    for (int64_t i = 0; i < dst->ne[0]; ++i) y[i] = x[i] * z[i];
-  });
-}
+void op_mul(Tensor* dst, const KernelCtx& c) { binary_op(dst, c, [](float x, float z) { return x * z; }); }
 
 void op_scale(Tensor* dst, const KernelCtx& c) {
   const Tensor* a = dst->src[0];

@@ -182,7 +182,7 @@ Status Context::eval(std::span<const int32_t> tokens, int32_t seq, bool all_logi
   if (tokens.empty()) return make_error("eval: no tokens");
   const size_t nv = static_cast<size_t>(model_->hparams().n_vocab);
   if (all_logits) all_logits_.resize(tokens.size() * nv);
-  std::vector<BatchToken> batch;
+  std::vector<BatchToken>& batch = eval_batch_;
   for (size_t start = 0; start < tokens.size(); start += n_batch) {
     const size_t end = std::min(tokens.size(), start + n_batch);
     batch.clear();

@@ -70,6 +70,7 @@ class Context {
   std::vector<float> all_logits_;  // eval(all_logits): every token's logits
   std::vector<int32_t> staging_;   // step inputs, staged on the host (reused: no allocation per token)
   std::vector<int64_t> added_, next_pos_;
+  std::vector<BatchToken> eval_batch_;
   size_t n_outputs_ = 0;
   bool logits_from_eval_ = false;
 };

@@ -25,7 +25,8 @@ int32_t Sampler::sample(std::span<const float> logits) {
   }
   // Probabilities of the survivors (at temperature 1 for the p filters, as llama.cpp does).
   const float max_l = cand_[0].first;
-  std::vector<float> p(n);
+  std::vector<float>& p = probs_;
+  p.resize(n);
   float sum = 0.f;
   for (size_t i = 0; i < n; ++i) sum += p[i] = std::exp(cand_[i].first - max_l);
   if (params_.top_p < 1.f) {

@@ -30,6 +30,7 @@ class Sampler {
   SamplerParams params_;
   std::mt19937_64 rng_;
   std::vector<std::pair<float, int32_t>> cand_;  // reused: no allocation per token
+  std::vector<float> probs_;
 };
 
 }  // namespace kite
