@@ -2,7 +2,9 @@
 // files (peer-reference.json), and perplexity by llama.cpp's definition.
 #include <doctest/doctest.h>
 
+#include <fstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "tests/process.h"
 
@@ -57,4 +59,80 @@ TEST_CASE("generate: sampling is reproducible for a seed") {
   args2.back() = "43";
   auto c = run_kite(args2);
   CHECK(c.out != a.out);
+}
+
+TEST_CASE("generate: kite run runs several prompts concurrently, one JSON line each in input order") {
+  const std::string model = testdata("models/llama-target");
+  const std::vector<std::string> prompts = {"First Citizen:", "MENENIUS:\nWhat", "Hello there, good", "The king"};
+  std::vector<std::string> alone;
+  for (const auto& p : prompts) {
+    auto one = run_kite({"run", "-m", model, "-p", p, "-n", "12", "--temp", "0", "--jsonl"});
+    REQUIRE_MESSAGE(one.exit_code == 0, one.err);
+    alone.push_back(nlohmann::json::parse(one.out)["text"]);
+  }
+  std::vector<std::string> args = {"run", "-m", model, "-n", "12", "--temp", "0"};
+  for (const auto& p : prompts) args.insert(args.end(), {"-p", p});
+  auto all = run_kite(args);
+  REQUIRE_MESSAGE(all.exit_code == 0, all.err);
+  std::istringstream lines(all.out);
+  std::string line;
+  size_t i = 0;
+  for (; std::getline(lines, line); ++i) {
+    auto j = nlohmann::json::parse(line);
+    REQUIRE(i < prompts.size());
+    CHECK(j["index"] == i);
+    CHECK(j["text"] == alone[i]);
+    CHECK(j["finish_reason"] == "length");
+    CHECK(j["completion_tokens"] == 12);
+  }
+  CHECK(i == prompts.size());
+  CHECK(all.err.find("4 prompt(s)") != std::string::npos);
+
+  // The same prompts from a file, one JSON string per line.
+  const auto dir = scratch_dir("run-prompts-file");
+  {
+    std::ofstream f(dir / "prompts.jsonl");
+    for (const auto& p : prompts) f << nlohmann::json(p).dump() << "\n";
+  }
+  auto from_file = run_kite({"run", "-m", model, "-n", "12", "--temp", "0", "--prompts-file", (dir / "prompts.jsonl").string()});
+  REQUIRE(from_file.exit_code == 0);
+  CHECK(from_file.out == all.out);
+  {
+    std::ofstream f(dir / "bad.jsonl");
+    f << "\"ok\"\nnot json\n";
+  }
+  auto bad = run_kite({"run", "-m", model, "--prompts-file", (dir / "bad.jsonl").string()});
+  CHECK(bad.exit_code == 2);
+  CHECK(bad.err.find("bad.jsonl:2") != std::string::npos);
+}
+
+TEST_CASE("generate: kite run --json-schema and --grammar constrain the output") {
+  const std::string model = testdata("models/llama-target");
+  const auto dir = scratch_dir("run-constrained");
+  {
+    std::ofstream f(dir / "schema.json");
+    f << R"({"type":"object","properties":{"answer":{"enum":["yes","no"]},"n":{"type":"integer"}},"required":["answer","n"]})";
+    std::ofstream g(dir / "yesno.gbnf");
+    g << "root ::= (\"yes\" | \"no\") \" because \" [a-z ]{1,20} \".\"\n";
+    std::ofstream b(dir / "bad.gbnf");
+    b << "root ::= root \"x\"\n";
+  }
+  auto js = run_kite({"run", "-m", model, "-p", "Q:", "-p", "A:", "-n", "80", "--temp", "0.8", "--seed", "3",
+                      "--json-schema", (dir / "schema.json").string()});
+  REQUIRE_MESSAGE(js.exit_code == 0, js.err);
+  std::istringstream lines(js.out);
+  std::string line;
+  while (std::getline(lines, line)) {
+    auto j = nlohmann::json::parse(line);
+    if (j["finish_reason"] != "stop") continue;
+    auto doc = nlohmann::json::parse(j["text"].get<std::string>());
+    CHECK((doc["answer"] == "yes" || doc["answer"] == "no"));
+    CHECK(doc["n"].is_number_integer());
+  }
+  auto gr = run_kite({"run", "-m", model, "-p", "Q:", "-n", "40", "--temp", "0", "--grammar", (dir / "yesno.gbnf").string()});
+  REQUIRE_MESSAGE(gr.exit_code == 0, gr.err);
+  CHECK((gr.out.find("Q:yes because ") == 0 || gr.out.find("Q:no because ") == 0));
+  auto bad = run_kite({"run", "-m", model, "-p", "Q:", "--grammar", (dir / "bad.gbnf").string()});
+  CHECK(bad.exit_code == 2);
+  CHECK(bad.err.find("recursion") != std::string::npos);
 }

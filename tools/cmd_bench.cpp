@@ -12,6 +12,7 @@
 
 #include "backends/cpu/threadpool.h"
 #include "src/model/synthetic.h"
+#include "src/runtime/scheduler.h"
 #include "tools/commands.h"
 #include "tools/common.h"
 
@@ -28,6 +29,7 @@ struct BenchArgs {
   int reps = 3;
   int threads = 0;
   bool json = false;
+  std::vector<int> parallel;  // batched mode: concurrent sequences per run (llama-batched-bench's -npl)
 };
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
@@ -64,6 +66,69 @@ double measure_read_bandwidth(int n_threads) {
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+}
+
+// Batched decoding through the scheduler (the path the server takes), llama-batched-bench style:
+// B sequences with distinct random prompts of n_prompt tokens each generate n_gen tokens.
+// Prefill and decode overlap in continuous batching, so the prompt phase ends when the last
+// sequence has its first token; S_TG counts the tokens generated after that point.
+int run_batched(const BenchArgs& a, const std::shared_ptr<const Model>& model, uint64_t decode_bytes, int threads) {
+  std::printf("|    B |   PP |   TG | T_PP s | S_PP t/s | T_TG s | S_TG t/s | S_TG/B=1 |\n");
+  std::printf("|-----:|-----:|-----:|-------:|---------:|-------:|---------:|---------:|\n");
+  std::mt19937 rng(11);
+  std::uniform_int_distribution<int32_t> tok(3, static_cast<int32_t>(model->hparams().n_vocab - 1));
+  double single = 0;
+  for (int b : a.parallel) {
+    ContextOptions opts;
+    opts.n_threads = a.threads;
+    opts.n_ctx = a.n_prompt + a.n_gen + 1;
+    opts.n_seqs = b;
+    opts.prefix_cache = false;
+    auto ctx = Context::create(model, opts);
+    if (!ctx) {
+      std::cerr << "kite bench: " << ctx.error().message << "\n";
+      return kExitFailure;
+    }
+    Scheduler sched(**ctx, nullptr);
+    using Clock = std::chrono::steady_clock;
+    std::vector<Clock::time_point> first(static_cast<size_t>(b)), events;
+    std::vector<bool> started(static_cast<size_t>(b), false);
+    for (int i = 0; i < b; ++i) {
+      Request r;
+      r.prompt.resize(static_cast<size_t>(std::max(1, a.n_prompt)));
+      for (auto& t : r.prompt) t = tok(rng);
+      r.params.sampling.temperature = 0;
+      r.params.max_tokens = a.n_gen;
+      r.params.ignore_eos = true;
+      r.on_event = [&, i](const StreamEvent& e) {
+        const auto now = Clock::now();
+        if (!started[static_cast<size_t>(i)]) first[static_cast<size_t>(i)] = now, started[static_cast<size_t>(i)] = true;
+        if (e.token >= 0) events.push_back(now);
+      };
+      if (auto id = sched.submit(std::move(r)); !id) {
+        std::cerr << "kite bench: " << id.error().message << "\n";
+        return kExitFailure;
+      }
+    }
+    const auto t0 = Clock::now();
+    if (auto st = sched.run_until_idle(); !st) {
+      std::cerr << "kite bench: " << st.error().message << "\n";
+      return kExitFailure;
+    }
+    const auto t_end = Clock::now();
+    const auto t_pp = *std::max_element(first.begin(), first.end());
+    const int64_t after = std::count_if(events.begin(), events.end(), [&](auto t) { return t > t_pp; });
+    const double tpp = std::chrono::duration<double>(t_pp - t0).count();
+    const double ttg = std::chrono::duration<double>(t_end - t_pp).count();
+    const double stg = ttg > 0 ? static_cast<double>(after) / ttg : 0;
+    if (b == a.parallel.front()) single = stg / b;
+    std::printf("| %4d | %4d | %4d | %6.2f | %8.1f | %6.2f | %8.1f | %7.2fx |\n", b, a.n_prompt, a.n_gen, tpp,
+                static_cast<double>(b) * a.n_prompt / tpp, ttg, stg, single > 0 ? stg / single : 0);
+    std::fflush(stdout);
+  }
+  std::printf("(weights read per step: %.2f GB; %d threads; S_TG/B=1 is relative to the first B's per-sequence rate)\n",
+              decode_bytes / 1e9, threads);
+  return kExitOk;
 }
 
 int run_bench(const BenchArgs& a) {
@@ -112,6 +177,8 @@ int run_bench(const BenchArgs& a) {
     std::cerr << "kite bench: " << model.error().message << "\n";
     return kExitFailure;
   }
+  const int threads = a.threads > 0 ? a.threads : cpu::ThreadPool::physical_cores();
+  if (!a.parallel.empty()) return run_batched(a, *model, decode_bytes, threads);
   ContextOptions opts;
   opts.n_threads = a.threads;
   opts.n_ctx = std::max(16, a.n_prompt + a.n_gen);
@@ -120,7 +187,6 @@ int run_bench(const BenchArgs& a) {
     std::cerr << "kite bench: " << ctx.error().message << "\n";
     return kExitFailure;
   }
-  const int threads = a.threads > 0 ? a.threads : cpu::ThreadPool::physical_cores();
   const double bw = measure_read_bandwidth(threads);
   std::mt19937 rng(7);
   std::uniform_int_distribution<int32_t> tok(3, static_cast<int32_t>((*model)->hparams().n_vocab - 1));
@@ -187,6 +253,10 @@ void register_bench(CLI::App& app, Action* run) {
   cmd->add_option("-r,--repetitions", a->reps, "Repetitions (the median is reported)")->check(CLI::PositiveNumber);
   cmd->add_option("-t,--threads", a->threads, "Threads (default: all physical cores)")->check(CLI::NonNegativeNumber);
   cmd->add_flag("--json", a->json, "Print one JSON line");
+  cmd->add_option("--parallel", a->parallel,
+                  "Batched mode: concurrent sequences through the scheduler, e.g. 1,4,16,64 (llama-batched-bench's -npl)")
+      ->delimiter(',')
+      ->check(CLI::PositiveNumber);
   cmd->callback([run, a, cmd] {
     *run = [a, cmd] {
       if (a->model.empty() && a->synthetic.empty()) {

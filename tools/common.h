@@ -23,13 +23,17 @@ struct ModelArgs {
   int64_t ctx = 2048;
   std::string device = "cpu";
   std::string kv_type = "f16";
+  std::string kv_memory;  // "512M", "2G": the KV pool's size (default: every slot holds ctx positions)
+  bool no_prefix_cache = false;
   std::string dump_ops;
   std::string dump_dir;
 };
 
-// -m/--model (required), -t/--threads, -c/--ctx, --device, --kv-type.
+// -m/--model (required), -t/--threads, -c/--ctx, --device, --kv-type, --kv-memory,
+// --no-prefix-cache, --dump-ops, --dump-dir.
 void add_model_flags(CLI::App* cmd, ModelArgs* a);
-// --temp, --top-k, --top-p, --min-p, --seed.
+// --temp, --top-k, --top-p, --min-p, --typical, --repeat-penalty, --repeat-last-n,
+// --frequency-penalty, --presence-penalty, --seed.
 void add_sampling_flags(CLI::App* cmd, SamplerParams* p);
 
 struct Loaded {
@@ -38,8 +42,11 @@ struct Loaded {
   std::unique_ptr<Context> ctx;
 };
 
-// Loads model, tokenizer and a context; an error names what failed.
+// Loads model, tokenizer and a context with `n_seqs` sequence slots; an error names what failed.
 Result<Loaded> load_model(const ModelArgs& a, int32_t n_seqs = 1);
+
+// "1.5G", "512M", "64K", "1000" (bytes) -> bytes; an error names the text.
+Result<int64_t> parse_size(const std::string& text);
 
 // A one-line progress bar on stderr, drawn only when stderr is a terminal.
 class Progress {

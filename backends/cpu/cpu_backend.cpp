@@ -52,6 +52,11 @@ bool computable(DType t) {
   return t == DType::F32 || t == DType::F16 || t == DType::BF16 || (tr != nullptr && tr->dequantize != nullptr);
 }
 
+// KV cache types: F32, F16, BF16, and Q8_0 when `n` (a row or a head) is whole blocks.
+bool kv_type_ok(DType t, int64_t n) {
+  return t == DType::F32 || t == DType::F16 || t == DType::BF16 || (t == DType::Q8_0 && n % 32 == 0);
+}
+
 class CpuBackend final : public Backend {
  public:
   explicit CpuBackend(int n_threads)
@@ -64,10 +69,9 @@ class CpuBackend final : public Backend {
     if (n.op == Op::kNone || n.op == Op::kView) return true;
     if (kernel_for(n.op) == nullptr) return false;
     if (n.op == Op::kMulMat || n.op == Op::kGetRows || n.op == Op::kCopy) return computable(n.src[0]->type);
-    if (n.op == Op::kKvWrite || n.op == Op::kAttention) {
-      const DType kt = n.op == Op::kKvWrite ? n.src[0]->type : n.src[1]->type;
-      return kt == DType::F32 || kt == DType::F16 || kt == DType::BF16;
-    }
+    if (n.op == Op::kKvWrite) return kv_type_ok(n.src[0]->type, n.src[0]->ne[0]);
+    if (n.op == Op::kAttention)  // Q8_0 needs whole blocks per head
+      return kv_type_ok(n.src[1]->type, n.src[0]->ne[0]) && kv_type_ok(n.src[2]->type, n.src[0]->ne[0]);
     return true;
   }
 
@@ -83,6 +87,10 @@ class CpuBackend final : public Backend {
   }
   Status download(const Tensor& t, void* dst, size_t bytes, size_t offset) const override {
     std::memcpy(dst, static_cast<const uint8_t*>(t.data) + offset, bytes);
+    return ok_status();
+  }
+  Status copy(const Tensor& dst, size_t dst_offset, const Tensor& src, size_t src_offset, size_t bytes) override {
+    std::memmove(static_cast<uint8_t*>(dst.data) + dst_offset, static_cast<const uint8_t*>(src.data) + src_offset, bytes);
     return ok_status();
   }
 

@@ -15,12 +15,22 @@
 
 namespace kite {
 
+// What kind of failure, for callers that must answer differently (an HTTP status, an exit
+// code); most errors need none and stay kUnspecified.
+enum class ErrorCode {
+  kUnspecified,
+  kInvalidArgument,  // the caller's input is wrong (a bad field, an out-of-range value)
+  kBusy,             // try again later (a full queue)
+  kTooLarge,         // the input exceeds a limit (prompt longer than the context)
+};
+
 struct Error {
   std::string message;
+  ErrorCode code = ErrorCode::kUnspecified;
 
   // Prefixes "context: " to the message (e.g. the file name).
   Error with_context(std::string_view context) const& {
-    return Error{std::string(context) + ": " + message};
+    return Error{std::string(context) + ": " + message, code};
   }
 };
 
@@ -30,6 +40,13 @@ Error make_error(const Args&... args) {
   std::ostringstream os;
   (os << ... << args);
   return Error{os.str()};
+}
+
+template <class... Args>
+Error make_error_code(ErrorCode code, const Args&... args) {
+  Error e = make_error(args...);
+  e.code = code;
+  return e;
 }
 
 template <class T>

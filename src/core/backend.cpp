@@ -17,6 +17,12 @@ Registry& registry() {
 
 }  // namespace
 
+Status Backend::copy(const Tensor& dst, size_t dst_offset, const Tensor& src, size_t src_offset, size_t bytes) {
+  std::vector<uint8_t> host(bytes);
+  KITE_TRY(download(src, host.data(), bytes, src_offset));
+  return upload(dst, host.data(), bytes, dst_offset);
+}
+
 // Defined in backends/registry.cpp, the one place that knows which backends were compiled in.
 void register_builtin_backends();
 

@@ -45,6 +45,9 @@ class Backend {
   // Host <-> tensor bytes (tensor's own buffer); `offset` in bytes from the tensor's start.
   virtual Status upload(const Tensor& t, const void* src, size_t bytes, size_t offset = 0) = 0;
   virtual Status download(const Tensor& t, void* dst, size_t bytes, size_t offset = 0) const = 0;
+  // Bytes from one tensor of this backend to another (both in its buffers), e.g. a KV block
+  // copied on write. The default stages through the host; device backends copy on the device.
+  virtual Status copy(const Tensor& dst, size_t dst_offset, const Tensor& src, size_t src_offset, size_t bytes);
   // Runs nodes (in order) whose inputs are ready; may be asynchronous.
   virtual Status compute(std::span<Tensor* const> nodes) = 0;
   virtual Status synchronize() { return ok_status(); }

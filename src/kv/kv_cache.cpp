@@ -1,22 +1,36 @@
 #include "src/kv/kv_cache.h"
 
+#include <algorithm>
+#include <climits>
 #include <cstring>
 
 namespace kite {
 
+size_t KvCache::block_bytes(const HParams& hp, DType type, int32_t block_size) {
+  const quant::TypeTraits* tt = quant::find_traits(type);
+  const size_t row = static_cast<size_t>(hp.head_dim * hp.n_head_kv) / static_cast<size_t>(tt->block_size) * tt->type_size;
+  return 2 * static_cast<size_t>(hp.n_layer) * row * static_cast<size_t>(block_size);
+}
+
 Result<std::unique_ptr<KvCache>> KvCache::create(const HParams& hp, const KvCacheOptions& opts, Backend& backend) {
-  if (opts.type != DType::F16 && opts.type != DType::F32 && opts.type != DType::BF16)
-    return make_error("KV cache type must be f16, bf16 or f32");
-  if (opts.n_ctx <= 0 || opts.n_seqs <= 0 || opts.block_size <= 0)
+  if (opts.type != DType::F16 && opts.type != DType::F32 && opts.type != DType::BF16 && opts.type != DType::Q8_0)
+    return make_error("KV cache type must be f16, bf16, f32 or q8_0");
+  if (opts.n_ctx <= 0 || opts.n_seqs <= 0 || opts.block_size <= 0 || opts.n_blocks < 0)
     return make_error("KV cache: context, sequences and block size must be positive");
-  auto kv = std::unique_ptr<KvCache>(new KvCache());
-  kv->opts_ = opts;
-  kv->max_blocks_ = static_cast<int32_t>((opts.n_ctx + opts.block_size - 1) / opts.block_size);
-  const int64_t n_blocks = static_cast<int64_t>(kv->max_blocks_) * opts.n_seqs;
   const int64_t row = hp.head_dim * hp.n_head_kv;
+  const quant::TypeTraits* tt = quant::find_traits(opts.type);
+  if (row % tt->block_size != 0 || hp.head_dim % tt->block_size != 0)
+    return make_error("KV cache type ", tt->name, " needs head_dim (", hp.head_dim, ") to be a multiple of ", tt->block_size);
+  const int32_t max_blocks = static_cast<int32_t>((opts.n_ctx + opts.block_size - 1) / opts.block_size);
+  const int64_t n_blocks = opts.n_blocks > 0 ? opts.n_blocks : static_cast<int64_t>(max_blocks) * opts.n_seqs;
+  if (n_blocks > INT32_MAX / opts.block_size) return make_error("KV cache: ", n_blocks, " blocks are too many");
+
+  auto kv = std::unique_ptr<KvCache>(new KvCache(opts, static_cast<int32_t>(n_blocks)));
+  kv->backend_ = &backend;
+  kv->max_blocks_ = max_blocks;
   const int64_t n_slots = n_blocks * opts.block_size;
-  const size_t elem = quant::find_traits(opts.type)->type_size;
-  const size_t per_tensor = static_cast<size_t>(row * n_slots) * elem;
+  kv->row_bytes_ = static_cast<size_t>(row / tt->block_size) * tt->type_size;
+  const size_t per_tensor = kv->row_bytes_ * static_cast<size_t>(n_slots);
   KITE_ASSIGN_OR_RETURN(kv->buffer_, backend.alloc(per_tensor * 2 * static_cast<size_t>(hp.n_layer)));
   kv->storage_.resize(static_cast<size_t>(2 * hp.n_layer));
   auto* base = static_cast<uint8_t*>(kv->buffer_->base());
@@ -31,35 +45,126 @@ Result<std::unique_ptr<KvCache>> KvCache::create(const HParams& hp, const KvCach
     (i % 2 == 0 ? kv->tensors_.k : kv->tensors_.v).push_back(&t);
   }
   kv->tensors_.block_size = opts.block_size;
-  kv->free_.reserve(static_cast<size_t>(n_blocks));
-  for (int64_t b = n_blocks - 1; b >= 0; --b) kv->free_.push_back(static_cast<int32_t>(b));
   kv->seqs_.resize(static_cast<size_t>(opts.n_seqs));
   return kv;
 }
 
+KvStats KvCache::stats() const {
+  KvStats s;
+  s.blocks_total = pool_.n_blocks();
+  s.blocks_used = pool_.n_referenced();
+  s.blocks_cached = pool_.n_cached();
+  s.prefix_queried_tokens = prefix_queried_;
+  s.prefix_hit_tokens = prefix_hits_;
+  s.cow_copies = cow_copies_;
+  return s;
+}
+
+int32_t KvCache::blocks_needed(int32_t seq, int64_t n) const {
+  const Seq& s = seqs_[static_cast<size_t>(seq)];
+  const int64_t bs = opts_.block_size;
+  const int64_t need = (s.len + n + bs - 1) / bs - static_cast<int64_t>(s.blocks.size());
+  // The block holding position len is written: it must be ours alone and unpublished.
+  int32_t cow = 0;
+  if (n > 0 && s.len % bs != 0) {
+    const int32_t last = s.blocks[static_cast<size_t>(s.len / bs)];
+    cow = pool_.refcount(last) > 1 ? 1 : 0;
+  }
+  return static_cast<int32_t>(std::max<int64_t>(need, 0)) + cow;
+}
+
 Status KvCache::reserve(int32_t seq, int64_t n) {
   Seq& s = seqs_[static_cast<size_t>(seq)];
-  const int64_t need_len = s.len + n;
-  if (need_len > opts_.n_ctx)
-    return make_error("context full: sequence ", seq, " needs ", need_len, " positions, the context holds ", opts_.n_ctx);
-  const size_t need_blocks = static_cast<size_t>((need_len + opts_.block_size - 1) / opts_.block_size);
-  if (need_blocks > s.blocks.size() && need_blocks - s.blocks.size() > free_.size())
-    return make_error("KV cache full: ", need_blocks - s.blocks.size(), " blocks needed, ", free_.size(), " free");
-  while (s.blocks.size() < need_blocks) {
-    s.blocks.push_back(free_.back());
-    free_.pop_back();
+  if (s.len + n > opts_.n_ctx)
+    return make_error("context full: sequence ", seq, " needs ", s.len + n, " positions, the context holds ", opts_.n_ctx);
+  const int32_t need = blocks_needed(seq, n);
+  if (need > pool_.available())
+    return make_error("KV cache full: ", need, " blocks needed, ", pool_.available(), " available of ", pool_.n_blocks());
+  const int64_t bs = opts_.block_size;
+  if (n > 0 && s.len % bs != 0) {
+    int32_t& last = s.blocks[static_cast<size_t>(s.len / bs)];
+    if (pool_.refcount(last) > 1) {
+      const int32_t fresh = pool_.allocate();
+      KITE_TRY(copy_block(fresh, last));
+      pool_.release(last);
+      last = fresh;
+      ++cow_copies_;
+    } else {
+      pool_.unpublish(last);  // a truncated, once-full block is about to change
+    }
   }
+  const size_t want = static_cast<size_t>((s.len + n + bs - 1) / bs);
+  while (s.blocks.size() < want) s.blocks.push_back(pool_.allocate());
   return ok_status();
+}
+
+Status KvCache::copy_block(int32_t dst, int32_t src) {
+  const size_t bytes = row_bytes_ * static_cast<size_t>(opts_.block_size);
+  for (const Tensor& t : storage_)
+    KITE_TRY(backend_->copy(t, static_cast<size_t>(dst) * bytes, t, static_cast<size_t>(src) * bytes, bytes));
+  return ok_status();
+}
+
+void KvCache::advance(int32_t seq, std::span<const int32_t> tokens) {
+  Seq& s = seqs_[static_cast<size_t>(seq)];
+  s.tokens.insert(s.tokens.end(), tokens.begin(), tokens.end());
+  s.len += static_cast<int64_t>(tokens.size());
+  if (!opts_.prefix_cache) return;
+  const size_t bs = static_cast<size_t>(opts_.block_size);
+  while (s.keys.size() < static_cast<size_t>(s.len) / bs) {
+    const size_t b = s.keys.size();
+    const uint64_t parent = b == 0 ? 0 : s.keys[b - 1];
+    const std::span<const int32_t> toks(s.tokens.data() + b * bs, bs);
+    const uint64_t key = BlockPool::key_of(parent, toks, opts_.identity);
+    pool_.publish(s.blocks[b], key, parent, toks);
+    s.keys.push_back(key);
+  }
 }
 
 void KvCache::truncate(int32_t seq, int64_t len) {
   Seq& s = seqs_[static_cast<size_t>(seq)];
-  if (len < s.len) s.len = len;
-  const size_t keep = static_cast<size_t>((s.len + opts_.block_size - 1) / opts_.block_size);
+  if (len < s.len) s.len = std::max<int64_t>(len, 0);
+  const size_t bs = static_cast<size_t>(opts_.block_size);
+  const size_t keep = (static_cast<size_t>(s.len) + bs - 1) / bs;
   while (s.blocks.size() > keep) {
-    free_.push_back(s.blocks.back());
+    pool_.release(s.blocks.back());
     s.blocks.pop_back();
   }
+  s.tokens.resize(static_cast<size_t>(s.len));
+  s.keys.resize(std::min(s.keys.size(), static_cast<size_t>(s.len) / bs));
+}
+
+int64_t KvCache::match_prefix(int32_t seq, std::span<const int32_t> tokens) {
+  Seq& s = seqs_[static_cast<size_t>(seq)];
+  if (s.len != 0 || !opts_.prefix_cache || tokens.size() < 2) return 0;
+  const size_t bs = static_cast<size_t>(opts_.block_size);
+  const size_t max_blocks = (tokens.size() - 1) / bs;  // leave one token to compute
+  prefix_queried_ += static_cast<int64_t>(tokens.size());
+  uint64_t parent = 0;
+  for (size_t b = 0; b < max_blocks; ++b) {
+    const std::span<const int32_t> toks = tokens.subspan(b * bs, bs);
+    const uint64_t key = BlockPool::key_of(parent, toks, opts_.identity);
+    const int32_t block = pool_.lookup(key, parent, toks);
+    if (block < 0) break;
+    pool_.retain(block);
+    s.blocks.push_back(block);
+    s.keys.push_back(key);
+    s.tokens.insert(s.tokens.end(), toks.begin(), toks.end());
+    parent = key;
+  }
+  s.len = static_cast<int64_t>(s.tokens.size());
+  prefix_hits_ += s.len;
+  return s.len;
+}
+
+Status KvCache::fork(int32_t src, int32_t dst) {
+  if (src == dst) return make_error("fork: source and destination are both sequence ", src);
+  Seq& d = seqs_[static_cast<size_t>(dst)];
+  if (d.len != 0 || !d.blocks.empty()) return make_error("fork: destination sequence ", dst, " is not empty");
+  const Seq& s = seqs_[static_cast<size_t>(src)];
+  for (int32_t b : s.blocks) pool_.retain(b);
+  d = s;
+  return ok_status();
 }
 
 int32_t KvCache::slot(int32_t seq, int64_t pos) const {

@@ -27,6 +27,9 @@ Result<std::unique_ptr<Context>> Context::create(std::shared_ptr<const Model> mo
   ko.n_ctx = opts.n_ctx;
   ko.n_seqs = opts.n_seqs;
   ko.type = opts.kv_type;
+  ko.n_blocks = opts.kv_blocks;
+  ko.block_size = opts.kv_block_size;
+  ko.prefix_cache = opts.prefix_cache;
   KITE_ASSIGN_OR_RETURN(c->kv_, KvCache::create(c->model_->hparams(), ko, *c->backend_));
   return c;
 }
@@ -35,6 +38,8 @@ Result<Context::Step*> Context::step_for(int64_t n_tokens, int64_t n_outputs) {
   auto key = std::make_pair(n_tokens, n_outputs);
   auto it = steps_.find(key);
   if (it == steps_.end()) {
+    // Continuous batching meets many shapes; keep the cache of built graphs bounded.
+    if (steps_.size() >= 256) steps_.clear();
     auto s = std::make_unique<Step>();
     Graph& g = s->graph;
     s->in.tokens = g.input(DType::I32, {n_tokens}, "tokens");
@@ -115,7 +120,7 @@ Status Context::decode(std::span<const BatchToken> batch) {
     KITE_TRY(compute_with_dump(step->graph));
   }
   KITE_TRY(backend_->synchronize());
-  for (int32_t s = 0; s < kv_->n_seqs(); ++s) kv_->advance(s, added[static_cast<size_t>(s)]);
+  for (const BatchToken& t : batch) kv_->advance(t.seq, std::span<const int32_t>(&t.token, 1));
 
   n_outputs_ = static_cast<size_t>(o);
   logits_.resize(n_outputs_ * static_cast<size_t>(hp.n_vocab));

@@ -20,8 +20,11 @@ namespace kite {
 struct ContextOptions {
   int n_threads = 0;       // 0: all physical cores
   int64_t n_ctx = 2048;    // positions per sequence
-  int32_t n_seqs = 1;
+  int32_t n_seqs = 1;      // sequence slots of the KV cache
   DType kv_type = DType::F16;
+  int64_t kv_blocks = 0;   // KV pool size in blocks; 0: n_seqs x n_ctx positions
+  int32_t kv_block_size = 16;
+  bool prefix_cache = true;
   std::string device = "cpu";
   // Debug: print every op whose name or op contains this filter ("*" for all) with its shape
   // and statistics to stderr, op by op; with dump_dir, also write each as raw F32 (.f32).

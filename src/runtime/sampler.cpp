@@ -2,58 +2,385 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 namespace kite {
+namespace {
 
-Sampler::Sampler(const SamplerParams& params) : params_(params), rng_(params.seed) {}
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+
+// The candidate order everywhere: larger logit first, then lower id. As a heap comparator it
+// puts the worst kept candidate on top.
+bool better(const std::pair<float, int32_t>& a, const std::pair<float, int32_t>& b) {
+  return a.first > b.first || (a.first == b.first && a.second < b.second);
+}
+
+// False for -inf (banned) and NaN.
+bool allowed(float v) {
+  return v > kNegInf;
+}
+
+// Passes over the whole vocabulary keep kLanes independent accumulators so the compiler can
+// vectorize them (a single running max or sum is one long dependency chain).
+constexpr size_t kLanes = 16;
+
+// The largest allowed value; -inf when there is none.
+float max_allowed(std::span<const float> x) {
+  float acc[kLanes];
+  std::fill(std::begin(acc), std::end(acc), kNegInf);
+  size_t i = 0;
+  for (; i + kLanes <= x.size(); i += kLanes)
+    for (size_t j = 0; j < kLanes; ++j) acc[j] = x[i + j] > acc[j] ? x[i + j] : acc[j];
+  float m = kNegInf;
+  for (float a : acc) m = a > m ? a : m;
+  for (; i < x.size(); ++i) m = x[i] > m ? x[i] : m;
+  return m;
+}
+
+// Sum of exp(x - m) over the allowed values. The exponentials of a block go to a buffer and are
+// summed as a tree: one running sum across the calls would be a chain through the stack.
+double sum_exp(std::span<const float> x, float m) {
+  float buf[kLanes];
+  double z = 0.0;
+  size_t i = 0;
+  for (; i + kLanes <= x.size(); i += kLanes) {
+    for (size_t j = 0; j < kLanes; ++j) buf[j] = allowed(x[i + j]) ? std::exp(x[i + j] - m) : 0.f;
+    for (size_t w = kLanes / 2; w > 0; w /= 2)
+      for (size_t j = 0; j < w; ++j) buf[j] += buf[j + w];
+    z += buf[0];
+  }
+  for (; i < x.size(); ++i)
+    if (allowed(x[i])) z += std::exp(x[i] - m);
+  return z;
+}
+
+// Does any of x[i, i + kLanes) exceed t? (Branch-free, so it vectorizes.)
+bool any_above(const float* x, float t) {
+  int any = 0;
+  for (size_t j = 0; j < kLanes; ++j) any |= x[j] > t ? 1 : 0;
+  return any != 0;
+}
+
+template <class T>
+Error out_of_range(const char* field, const char* range, T got) {
+  return make_error(field, " must be ", range, ", got ", got);
+}
+
+}  // namespace
+
+Sampler::Sampler(const SamplerParams& params) : params_(params), rng_(params.seed), chosen_logprob_(kNaN) {}
+
+Status Sampler::validate(const SamplerParams& p, int32_t n_vocab) {
+  if (n_vocab <= 0) return make_error("the vocabulary is empty (n_vocab ", n_vocab, ")");
+  if (!(p.temperature >= 0.f) || std::isinf(p.temperature))
+    return out_of_range("temperature", "a finite number >= 0 (0: greedy)", p.temperature);
+  if (p.top_k < 0) return out_of_range("top_k", ">= 0 (0: off)", p.top_k);
+  if (!(p.top_p >= 0.f && p.top_p <= 1.f)) return out_of_range("top_p", "in [0, 1]", p.top_p);
+  if (!(p.min_p >= 0.f && p.min_p <= 1.f)) return out_of_range("min_p", "in [0, 1]", p.min_p);
+  if (!(p.typical_p >= 0.f) || std::isinf(p.typical_p))
+    return out_of_range("typical_p", "a finite number >= 0 (>= 1: off)", p.typical_p);
+  if (!(p.repeat_penalty > 0.f) || std::isinf(p.repeat_penalty))
+    return out_of_range("repeat_penalty", "a finite number > 0 (1: off)", p.repeat_penalty);
+  if (!std::isfinite(p.frequency_penalty))
+    return out_of_range("frequency_penalty", "a finite number", p.frequency_penalty);
+  if (!std::isfinite(p.presence_penalty))
+    return out_of_range("presence_penalty", "a finite number", p.presence_penalty);
+  if (p.penalty_last_n < -1)
+    return out_of_range("penalty_last_n", ">= -1 (-1: whole history, 0: off)", p.penalty_last_n);
+  if (p.n_logprobs < 0 || p.n_logprobs > n_vocab)
+    return make_error("n_logprobs must be in [0, ", n_vocab, "] (the vocabulary size), got ", p.n_logprobs);
+  for (size_t i = 0; i < p.logit_bias.size(); ++i) {
+    const LogitBias& b = p.logit_bias[i];
+    if (b.token < 0 || b.token >= n_vocab)
+      return make_error("logit_bias[", i, "]: token ", b.token, " is out of range [0, ", n_vocab, ")");
+    if (std::isnan(b.bias) || b.bias == std::numeric_limits<float>::infinity())
+      return make_error("logit_bias[", i, "]: bias for token ", b.token, " must be finite or -inf (a ban), got ",
+                        b.bias);
+  }
+  return ok_status();
+}
 
 int32_t Sampler::argmax(std::span<const float> logits) {
-  return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+  const float m = max_allowed(logits);
+  if (m == kNegInf) return -1;
+  return static_cast<int32_t>(std::find(logits.begin(), logits.end(), m) - logits.begin());
+}
+
+// --- penalty window ------------------------------------------------------------------------------
+
+bool Sampler::penalties_active() const {
+  return params_.penalty_last_n != 0 &&
+         (params_.repeat_penalty != 1.f || params_.frequency_penalty != 0.f || params_.presence_penalty != 0.f);
+}
+
+void Sampler::accept(int32_t token) {
+  record(token, true);
+}
+
+void Sampler::accept_prompt(std::span<const int32_t> tokens) {
+  for (int32_t t : tokens) record(t, false);
+}
+
+void Sampler::record(int32_t token, bool generated) {
+  if (!penalties_active() || token < 0) return;
+  count(token, generated, +1);
+  if (params_.penalty_last_n < 0) return;  // the whole history: counts only, nothing leaves
+  const auto cap = static_cast<size_t>(params_.penalty_last_n);
+  if (window_.size() < cap) {
+    window_.push_back({token, generated});
+    return;
+  }
+  WindowEntry& oldest = window_[window_head_];
+  count(oldest.token, oldest.generated, -1);
+  oldest = {token, generated};
+  window_head_ = (window_head_ + 1) % cap;
+}
+
+void Sampler::count(int32_t token, bool generated, int32_t delta) {
+  auto it = std::lower_bound(counts_.begin(), counts_.end(), token,
+                             [](const PenaltyCount& c, int32_t t) { return c.token < t; });
+  if (delta > 0) {
+    if (it == counts_.end() || it->token != token) it = counts_.insert(it, {token, 0, 0});
+    it->all += 1;
+    it->generated += generated ? 1 : 0;
+    return;
+  }
+  // Leaving the window: the token is present by construction.
+  it->all -= 1;
+  it->generated -= generated ? 1 : 0;
+  if (it->all == 0) counts_.erase(it);
+}
+
+void Sampler::apply_penalties_and_bias(std::span<float> logits) const {
+  const size_t n = logits.size();
+  if (penalties_active()) {
+    const float rp = params_.repeat_penalty;
+    for (const PenaltyCount& c : counts_) {
+      if (static_cast<size_t>(c.token) >= n) continue;
+      float& v = logits[static_cast<size_t>(c.token)];
+      if (rp != 1.f) v = v <= 0.f ? v * rp : v / rp;
+      v -= static_cast<float>(c.generated) * params_.frequency_penalty +
+           (c.generated > 0 ? params_.presence_penalty : 0.f);
+    }
+  }
+  for (const LogitBias& b : params_.logit_bias)
+    if (b.token >= 0 && static_cast<size_t>(b.token) < n) logits[static_cast<size_t>(b.token)] += b.bias;
+}
+
+// --- sampling ------------------------------------------------------------------------------------
+
+void Sampler::reset() {
+  window_.clear();
+  window_head_ = 0;
+  counts_.clear();
+  rng_.seed(params_.seed);
+  top_logprobs_.clear();
+  chosen_logprob_ = kNaN;
+}
+
+double Sampler::next_uniform() {
+  return static_cast<double>(rng_() >> 11) * 0x1.0p-53;  // [0, 1), 53 random bits
 }
 
 int32_t Sampler::sample(std::span<const float> logits) {
-  if (params_.temperature <= 0.f) return argmax(logits);
-  cand_.clear();
-  for (size_t i = 0; i < logits.size(); ++i) cand_.emplace_back(logits[i], static_cast<int32_t>(i));
-  auto by_logit = [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); };
-  size_t n = cand_.size();
-  if (params_.top_k > 0 && static_cast<size_t>(params_.top_k) < n) {
-    n = static_cast<size_t>(params_.top_k);
-    std::partial_sort(cand_.begin(), cand_.begin() + static_cast<ptrdiff_t>(n), cand_.end(), by_logit);
-  } else {
-    std::sort(cand_.begin(), cand_.end(), by_logit);
+  if (penalties_active() || !params_.logit_bias.empty()) {
+    work_.assign(logits.begin(), logits.end());  // no reallocation once the vocabulary fits
+    apply_penalties_and_bias(work_);
+    return sample_modified(work_);
   }
-  // Probabilities of the survivors (at temperature 1 for the p filters, as llama.cpp does).
-  const float max_l = cand_[0].first;
-  std::vector<float>& p = probs_;
-  p.resize(n);
-  float sum = 0.f;
-  for (size_t i = 0; i < n; ++i) sum += p[i] = std::exp(cand_[i].first - max_l);
-  if (params_.top_p < 1.f) {
-    float cum = 0.f;
-    for (size_t i = 0; i < n; ++i) {
-      cum += p[i] / sum;
-      if (cum >= params_.top_p) {
-        n = i + 1;
-        break;
+  return sample_modified(logits);
+}
+
+int32_t Sampler::sample_in_place(std::span<float> logits) {
+  apply_penalties_and_bias(logits);
+  return sample_modified(logits);
+}
+
+int32_t Sampler::sample_modified(std::span<const float> logits) {
+  top_logprobs_.clear();
+  chosen_logprob_ = kNaN;
+  if (params_.n_logprobs > 0) compute_logprobs(logits);
+  const int32_t token = params_.temperature > 0.f ? sample_chain(logits) : argmax(logits);
+  if (params_.n_logprobs > 0 && token >= 0)
+    chosen_logprob_ = static_cast<float>(logits[static_cast<size_t>(token)] - log_z_);
+  return token;
+}
+
+// The k best allowed tokens in (logit desc, id asc) order, in one pass over the vocabulary with a
+// heap of k: most tokens cost one comparison against the k-th best so far.
+void Sampler::select_top_k(std::span<const float> logits, size_t k, std::vector<Candidate>& out) {
+  out.clear();
+  if (k == 0) return;
+  const size_t n = logits.size();
+  size_t i = 0;
+  for (; i < n && out.size() < k; ++i)
+    if (allowed(logits[i])) out.emplace_back(logits[i], static_cast<int32_t>(i));
+  std::make_heap(out.begin(), out.end(), better);
+  if (out.size() == k) {
+    float threshold = out.front().first;  // the worst kept; a later id with an equal logit is worse still
+    auto consider = [&](size_t at) {
+      const float v = logits[at];
+      if (v > threshold) {
+        std::pop_heap(out.begin(), out.end(), better);
+        out.back() = {v, static_cast<int32_t>(at)};
+        std::push_heap(out.begin(), out.end(), better);
+        threshold = out.front().first;
       }
-    }
+    };
+    for (; i + kLanes <= n; i += kLanes)  // most blocks hold nothing above the threshold
+      if (any_above(&logits[i], threshold))
+        for (size_t j = 0; j < kLanes; ++j) consider(i + j);
+    for (; i < n; ++i) consider(i);
   }
-  if (params_.min_p > 0.f) {
-    size_t keep = 1;
-    while (keep < n && p[keep] >= params_.min_p * p[0]) ++keep;
-    n = keep;
+  std::sort_heap(out.begin(), out.end(), better);
+}
+
+void Sampler::compute_logprobs(std::span<const float> logits) {
+  const float m = max_allowed(logits);
+  if (m == kNegInf) {  // everything banned
+    log_z_ = std::numeric_limits<double>::infinity();
+    return;
   }
-  // Temperature, then the draw.
-  sum = 0.f;
-  for (size_t i = 0; i < n; ++i) sum += p[i] = std::exp((cand_[i].first - max_l) / params_.temperature);
-  const double u = std::uniform_real_distribution<double>(0.0, 1.0)(rng_) * sum;
+  log_z_ = static_cast<double>(m) + std::log(sum_exp(logits, m));
+  select_top_k(logits, static_cast<size_t>(params_.n_logprobs), logprob_heap_);
+  for (const Candidate& c : logprob_heap_) top_logprobs_.push_back({c.second, static_cast<float>(c.first - log_z_)});
+}
+
+int32_t Sampler::sample_chain(std::span<const float> logits) {
+  const size_t n = logits.size();
+  const int32_t k = params_.top_k;
+  const bool typical = params_.typical_p < 1.f;
+  const bool top_p = params_.top_p < 1.f;
+  float max_logit = kNegInf;
+  double z = 0.0;  // top-p's normalizer (temperature 1) over the candidates
+  if (k > 0 && static_cast<size_t>(k) < n) {
+    select_top_k(logits, static_cast<size_t>(k), cand_);
+    cand_sorted_ = true;
+    if (cand_.empty()) return -1;
+    max_logit = cand_[0].first;
+    for (const Candidate& c : cand_) z += std::exp(c.first - max_logit);
+  } else {
+    // Every allowed token is a candidate. Min-p (when typical-p is off) cuts relative to the
+    // maximum, which top-p always keeps, so tokens under its cut can never survive: they are
+    // not even listed — but top-p's normalizer still counts them, as it must.
+    max_logit = max_allowed(logits);
+    if (max_logit == kNegInf) return -1;
+    if (top_p && !typical) z = sum_exp(logits, max_logit);
+    const float cut = params_.min_p > 0.f && !typical ? max_logit + std::log(params_.min_p) : kNegInf;
+    cand_.clear();
+    for (size_t i = 0; i < n; ++i)
+      if (logits[i] >= cut && allowed(logits[i])) cand_.emplace_back(logits[i], static_cast<int32_t>(i));
+    cand_sorted_ = false;
+  }
+
+  if (typical) {
+    apply_typical();
+    max_logit = cand_[0].first;
+    z = 0.0;
+    for (const Candidate& c : cand_) z += std::exp(c.first - max_logit);
+  }
+  if (top_p) apply_top_p(max_logit, z);
+  if (params_.min_p > 0.f) apply_min_p();
+
+  // Temperature, then the draw. Every filter keeps the most likely candidate, max_logit.
+  const float inv_t = 1.f / params_.temperature;
+  probs_.resize(cand_.size());
+  double total = 0.0;
+  for (size_t i = 0; i < cand_.size(); ++i) total += probs_[i] = std::exp((cand_[i].first - max_logit) * inv_t);
+  const double u = next_uniform() * total;
   double acc = 0.0;
-  for (size_t i = 0; i < n; ++i) {
-    acc += p[i];
+  for (size_t i = 0; i < cand_.size(); ++i) {
+    acc += probs_[i];
     if (u < acc) return cand_[i].second;
   }
-  return cand_[n - 1].second;
+  return cand_.back().second;  // rounding: u landed at the very end
+}
+
+// Locally typical sampling (Meister et al.): keep the tokens whose surprisal is closest to the
+// entropy, up to a cumulative probability > typical_p; the survivors go back to logit order.
+void Sampler::apply_typical() {
+  if (!cand_sorted_) {
+    std::sort(cand_.begin(), cand_.end(), better);
+    cand_sorted_ = true;
+  }
+  const size_t n = cand_.size();
+  const float m = cand_[0].first;
+  probs_.resize(n);
+  double z = 0.0;
+  for (size_t i = 0; i < n; ++i) z += probs_[i] = std::exp(cand_[i].first - m);
+  double entropy = 0.0;
+  for (size_t i = 0; i < n; ++i) {
+    probs_[i] /= z;
+    if (probs_[i] > 0.0) entropy -= probs_[i] * std::log(probs_[i]);
+  }
+  auto score = [&](size_t i) {
+    return probs_[i] > 0.0 ? std::abs(-std::log(probs_[i]) - entropy) : std::numeric_limits<double>::infinity();
+  };
+  order_.resize(n);
+  for (size_t i = 0; i < n; ++i) order_[i] = i;
+  std::sort(order_.begin(), order_.end(), [&](size_t a, size_t b) {
+    const double sa = score(a), sb = score(b);
+    return sa < sb || (sa == sb && a < b);
+  });
+  size_t keep = n;
+  double cum = 0.0;
+  for (size_t j = 0; j < n; ++j) {
+    cum += probs_[order_[j]];
+    if (cum > params_.typical_p) {
+      keep = j + 1;
+      break;
+    }
+  }
+  // Compact in index order, which is logit order.
+  std::sort(order_.begin(), order_.begin() + static_cast<ptrdiff_t>(keep));
+  for (size_t j = 0; j < keep; ++j) cand_[j] = cand_[order_[j]];
+  cand_.resize(keep);
+}
+
+// Nucleus: the smallest prefix in logit order whose probability (softmax over the candidates at
+// temperature 1) reaches top_p. Unsorted candidates (top-k off) are sorted a growing chunk at a
+// time, so a peaked distribution never pays for sorting the whole vocabulary.
+void Sampler::apply_top_p(float max_logit, double z) {
+  const double target = static_cast<double>(params_.top_p) * z;
+  double cum = 0.0;
+  size_t done = 0;
+  size_t chunk = 64;
+  while (done < cand_.size()) {
+    const size_t end = std::min(cand_.size(), done + chunk);
+    if (!cand_sorted_) {
+      const auto first = cand_.begin() + static_cast<ptrdiff_t>(done);
+      const auto last = cand_.begin() + static_cast<ptrdiff_t>(end);
+      if (end < cand_.size()) std::nth_element(first, last, cand_.end(), better);
+      std::sort(first, last, better);
+    }
+    for (size_t i = done; i < end; ++i) {
+      cum += std::exp(cand_[i].first - max_logit);
+      if (cum >= target) {
+        cand_.resize(i + 1);
+        cand_sorted_ = true;
+        return;
+      }
+    }
+    done = end;
+    chunk *= 4;
+  }
+  cand_sorted_ = true;
+}
+
+// Drops tokens whose probability is below min_p times the most likely candidate's.
+void Sampler::apply_min_p() {
+  float m = cand_[0].first;
+  if (!cand_sorted_)
+    for (const Candidate& c : cand_) m = std::max(m, c.first);
+  const float cut = m + std::log(params_.min_p);
+  if (cand_sorted_) {
+    size_t keep = 1;
+    while (keep < cand_.size() && cand_[keep].first >= cut) ++keep;
+    cand_.resize(keep);
+  } else {
+    std::erase_if(cand_, [cut](const Candidate& c) { return c.first < cut; });
+  }
 }
 
 }  // namespace kite

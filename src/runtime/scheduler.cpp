@@ -1,0 +1,438 @@
+#include "src/runtime/scheduler.h"
+
+#include <algorithm>
+#include <optional>
+
+#include "src/runtime/grammar/grammar.h"
+
+namespace kite {
+
+const char* finish_reason_name(FinishReason r) {
+  switch (r) {
+    case FinishReason::kNone: return "none";
+    case FinishReason::kStop: return "stop";
+    case FinishReason::kLength: return "length";
+    case FinishReason::kCancelled: return "cancelled";
+    case FinishReason::kError: return "error";
+  }
+  return "none";
+}
+
+struct Scheduler::Seq {
+  Seq(Job* j, int32_t c, const Tokenizer* tok, const GenerationParams& p)
+      : job(j), choice(c), sampler(p.sampling), stop(p.stop) {
+    if (tok != nullptr) decoder.emplace(*tok, DecodeOptions{.render_special = false});
+  }
+  Job* job;
+  int32_t choice;
+  std::vector<int32_t> tokens;  // prompt + generated; tokens[computed..] are not in the KV yet
+  int64_t computed = 0;
+  int32_t slot = -1;
+  int32_t generated = 0;
+  uint64_t admitted = 0;
+  bool done = false;
+  Sampler sampler;
+  std::optional<GrammarMatcher> grammar;
+  std::optional<StreamDecoder> decoder;  // none without a tokenizer (token ids only)
+  StopMatcher stop;
+};
+
+struct Scheduler::Job {
+  uint64_t id = 0;
+  Request req;
+  int64_t n_prompt = 0;
+  int32_t live = 0;      // choices not finished
+  bool forked = false;   // n > 1: the choices exist (the prompt is computed)
+  bool first_admission = true;
+  std::vector<int32_t> reserved_slots;  // n > 1 before the fork: slots held for the other choices
+  std::vector<std::unique_ptr<Seq>> seqs;
+  Usage usage;
+};
+
+Scheduler::Scheduler(Context& ctx, std::shared_ptr<const Tokenizer> tokenizer, const SchedulerOptions& opts)
+    : ctx_(ctx), tok_(std::move(tokenizer)), opts_(opts) {
+  slot_used_.assign(static_cast<size_t>(ctx_.kv().n_seqs()), false);
+}
+
+Scheduler::~Scheduler() = default;
+
+Result<uint64_t> Scheduler::submit(Request request) {
+  const KvCache& kv = ctx_.kv();
+  const GenerationParams& p = request.params;
+  const int32_t n_vocab = ctx_.model().hparams().n_vocab;
+  if (request.prompt.empty()) return make_error_code(ErrorCode::kInvalidArgument, "prompt is empty");
+  for (int32_t t : request.prompt)
+    if (t < 0 || t >= n_vocab)
+      return make_error_code(ErrorCode::kInvalidArgument, "prompt token ", t, " is outside the vocabulary (", n_vocab, " tokens)");
+  if (static_cast<int64_t>(request.prompt.size()) >= kv.n_ctx())
+    return make_error_code(ErrorCode::kTooLarge, "prompt has ", request.prompt.size(), " tokens; the context holds ",
+                           kv.n_ctx(), " (including at least one generated token)");
+  const int64_t bs = kv.block_size();
+  const int64_t blocks = (static_cast<int64_t>(request.prompt.size()) + bs) / bs;
+  if (blocks > kv.pool().n_blocks())
+    return make_error_code(ErrorCode::kTooLarge, "prompt needs ", blocks, " KV blocks; the pool has ", kv.pool().n_blocks());
+  if (p.n < 1 || p.n > kv.n_seqs())
+    return make_error_code(ErrorCode::kInvalidArgument, "n must be between 1 and ", kv.n_seqs(), ", got ", p.n);
+  if (auto st = Sampler::validate(p.sampling, n_vocab); !st)
+    return make_error_code(ErrorCode::kInvalidArgument, st.error().message);
+  if (auto st = StopMatcher::validate(p.stop); !st) return make_error_code(ErrorCode::kInvalidArgument, st.error().message);
+  for (int32_t t : p.stop_tokens)
+    if (t < 0 || t >= n_vocab) return make_error_code(ErrorCode::kInvalidArgument, "stop token ", t, " is outside the vocabulary");
+
+  auto job = std::make_unique<Job>();
+  job->req = std::move(request);
+  job->n_prompt = static_cast<int64_t>(job->req.prompt.size());
+  job->live = job->req.params.n;
+  const int64_t room = kv.n_ctx() - job->n_prompt;
+  int32_t& max_tokens = job->req.params.max_tokens;
+  if (max_tokens <= 0 || max_tokens > room) max_tokens = static_cast<int32_t>(room);
+  if (opts_.max_tokens_cap > 0) max_tokens = std::min(max_tokens, opts_.max_tokens_cap);
+  if (job->req.params.grammar && !tok_)
+    return make_error_code(ErrorCode::kInvalidArgument, "a grammar needs the model's tokenizer");
+  if (job->req.params.grammar) std::call_once(index_once_, [this] { token_index_ = TokenIndex::build(*tok_); });
+  auto seq = std::make_unique<Seq>(job.get(), 0, tok_.get(), job->req.params);
+  seq->tokens = job->req.prompt;
+  seq->sampler.accept_prompt(seq->tokens);
+  if (job->req.params.grammar) seq->grammar.emplace(job->req.params.grammar, token_index_);
+  job->seqs.push_back(std::move(seq));
+
+  std::lock_guard<std::mutex> lock(mu_);
+  if (static_cast<int32_t>(incoming_.size()) + snapshot_.waiting >= opts_.max_queued)
+    return make_error_code(ErrorCode::kBusy, "the queue is full (", opts_.max_queued, " requests waiting)");
+  job->id = next_id_++;
+  const uint64_t id = job->id;
+  incoming_.push_back(std::move(job));
+  work_cv_.notify_one();
+  return id;
+}
+
+void Scheduler::cancel(uint64_t id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  cancels_.push_back(id);
+  work_cv_.notify_one();
+}
+
+void Scheduler::wait_for_work(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (!running_.empty() || !waiting_.empty()) return;  // engine-thread state: safe to read here
+  work_cv_.wait_for(lock, timeout, [this] { return !incoming_.empty() || !cancels_.empty(); });
+}
+
+bool Scheduler::idle() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return incoming_.empty() && cancels_.empty() && waiting_.empty() && running_.empty();
+}
+
+SchedulerStats Scheduler::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return snapshot_;
+}
+
+void Scheduler::publish_stats() {
+  stats_.running = static_cast<int32_t>(running_.size());
+  stats_.waiting = static_cast<int32_t>(waiting_.size());
+  std::lock_guard<std::mutex> lock(mu_);
+  snapshot_ = stats_;
+}
+
+void Scheduler::intake() {
+  std::vector<std::unique_ptr<Job>> incoming;
+  std::vector<uint64_t> cancels;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    incoming.swap(incoming_);
+    cancels.swap(cancels_);
+  }
+  for (auto& j : incoming) {
+    waiting_.push_back(j->seqs[0].get());
+    jobs_.push_back(std::move(j));
+  }
+  for (uint64_t id : cancels)
+    for (auto& j : jobs_)
+      if (j->id == id)
+        for (auto& s : j->seqs)
+          if (!s->done) finish(*s, FinishReason::kCancelled);
+}
+
+int32_t Scheduler::free_slot() const {
+  for (size_t i = 0; i < slot_used_.size(); ++i)
+    if (!slot_used_[i]) return static_cast<int32_t>(i);
+  return -1;
+}
+
+void Scheduler::admit() {
+  KvCache& kv = ctx_.kv();
+  while (!waiting_.empty()) {
+    Seq* s = waiting_.front();
+    Job* j = s->job;
+    const int32_t slots = (!j->forked && j->req.params.n > 1) ? j->req.params.n : 1;
+    if (std::count(slot_used_.begin(), slot_used_.end(), false) < slots) return;
+    const int32_t slot = free_slot();
+    const int64_t matched = kv.match_prefix(slot, s->tokens);
+    if (kv.blocks_needed(slot, static_cast<int64_t>(s->tokens.size()) - matched) > kv.pool().available()) {
+      kv.clear(slot);
+      return;
+    }
+    waiting_.pop_front();
+    slot_used_[static_cast<size_t>(slot)] = true;
+    s->slot = slot;
+    s->computed = matched;
+    s->admitted = ++admit_counter_;
+    for (int32_t i = 1; i < slots; ++i) {
+      const int32_t r = free_slot();
+      slot_used_[static_cast<size_t>(r)] = true;
+      j->reserved_slots.push_back(r);
+    }
+    if (j->first_admission) j->usage.cached_tokens = matched;
+    j->first_admission = false;
+    running_.push_back(s);
+  }
+}
+
+// Preempts the most recently admitted running sequence; false when none is left.
+bool Scheduler::preempt_newest() {
+  if (running_.empty()) return false;
+  const BlockPool& pool = ctx_.kv().pool();
+  stats_.min_pool_use_at_preemption = std::min(
+      stats_.min_pool_use_at_preemption, static_cast<double>(pool.n_referenced()) / std::max(1, pool.n_blocks()));
+  Seq* v = running_.back();
+  running_.pop_back();
+  Job* j = v->job;
+  ctx_.kv().clear(v->slot);
+  slot_used_[static_cast<size_t>(v->slot)] = false;
+  for (int32_t r : j->reserved_slots) slot_used_[static_cast<size_t>(r)] = false;
+  j->reserved_slots.clear();
+  v->slot = -1;
+  v->computed = 0;
+  waiting_.push_front(v);
+  ++stats_.preemptions;
+  return true;
+}
+
+Status Scheduler::step() {
+  intake();
+  admit();
+  if (running_.empty()) {
+    jobs_.erase(std::remove_if(jobs_.begin(), jobs_.end(), [](const auto& j) { return j->live == 0; }), jobs_.end());
+    publish_stats();
+    return ok_status();
+  }
+  KvCache& kv = ctx_.kv();
+  batch_.clear();
+  chunks_.clear();
+  int64_t budget = opts_.max_batch_tokens;
+  // Pass 0: sequences with one token pending (decoding), oldest first; they may preempt newer
+  // ones for a block. Pass 1: prompt chunks with what the budget and the pool have left.
+  for (int pass = 0; pass < 2; ++pass) {
+    for (size_t i = 0; i < running_.size() && budget > 0;) {
+      Seq* s = running_[i];
+      const int64_t pending = static_cast<int64_t>(s->tokens.size()) - s->computed;
+      if ((pending == 1) != (pass == 0)) {
+        ++i;
+        continue;
+      }
+      int64_t n = std::min(pending, budget);
+      if (pass == 0) {
+        bool self_preempted = false;
+        while (kv.blocks_needed(s->slot, n) > kv.pool().available()) {
+          if (running_.size() == 1) {  // alone and still no room: the pool cannot hold it
+            finish(*s, FinishReason::kLength);
+            self_preempted = true;
+            break;
+          }
+          self_preempted = running_.back() == s;
+          preempt_newest();
+          if (self_preempted) break;
+        }
+        if (self_preempted) continue;  // running_[i] is now the next sequence (or past the end)
+      } else {
+        if (kv.blocks_needed(s->slot, n) > kv.pool().available()) {  // the largest chunk that fits
+          int64_t lo = 0, hi = n;
+          while (lo < hi) {
+            const int64_t mid = (lo + hi + 1) / 2;
+            if (kv.blocks_needed(s->slot, mid) <= kv.pool().available()) {
+              lo = mid;
+            } else {
+              hi = mid - 1;
+            }
+          }
+          n = lo;
+        }
+        if (n == 0) {
+          ++i;
+          continue;
+        }
+      }
+      KITE_TRY(kv.reserve(s->slot, n));
+      for (int64_t k = 0; k < n; ++k) {
+        const int64_t idx = s->computed + k;
+        batch_.push_back({s->tokens[static_cast<size_t>(idx)], s->slot, idx + 1 == static_cast<int64_t>(s->tokens.size())});
+      }
+      chunks_.emplace_back(s, static_cast<int32_t>(n));
+      budget -= n;
+      ++i;
+    }
+  }
+  if (batch_.empty()) {
+    // Every running sequence waits for blocks held by the others: make room by preempting.
+    if (running_.size() > 1) {
+      preempt_newest();
+    } else if (!running_.empty()) {
+      finish(*running_.front(), FinishReason::kError, "the KV pool is too small for this request");
+    }
+    publish_stats();
+    return ok_status();
+  }
+
+  if (auto st = ctx_.decode(batch_); !st) {
+    fail_all(st.error());
+    return st;
+  }
+  ++stats_.steps;
+  stats_.computed_tokens += static_cast<int64_t>(batch_.size());
+  size_t out = 0;
+  for (auto& [s, n] : chunks_) {
+    s->computed += n;
+    if (s->computed != static_cast<int64_t>(s->tokens.size())) continue;
+    const std::span<const float> logits = ctx_.logits(out++);
+    if (s->job->req.params.n > 1 && !s->job->forked) {
+      if (auto st = fork_choices(*s); !st) {
+        finish(*s, FinishReason::kError, st.error().message);
+        continue;
+      }
+      for (auto& c : s->job->seqs) emit_token(*c, logits);
+    } else {
+      emit_token(*s, logits);
+    }
+  }
+  // Retire finished jobs.
+  jobs_.erase(std::remove_if(jobs_.begin(), jobs_.end(), [](const auto& j) { return j->live == 0; }), jobs_.end());
+  publish_stats();
+  return ok_status();
+}
+
+Status Scheduler::fork_choices(Seq& s) {
+  Job* j = s.job;
+  const GenerationParams& p = j->req.params;
+  for (int32_t c = 1; c < p.n; ++c) {
+    const int32_t slot = j->reserved_slots[static_cast<size_t>(c - 1)];
+    KITE_TRY(ctx_.kv().fork(s.slot, slot));
+    GenerationParams cp = p;
+    cp.sampling.seed = p.sampling.seed + static_cast<uint64_t>(c);  // independent draws
+    auto seq = std::make_unique<Seq>(j, c, tok_.get(), cp);
+    seq->tokens = s.tokens;
+    seq->sampler.accept_prompt(seq->tokens);
+    seq->computed = s.computed;
+    seq->slot = slot;
+    seq->admitted = ++admit_counter_;
+    if (s.grammar) seq->grammar = *s.grammar;  // same state (nothing generated yet); shares its cache
+    running_.push_back(seq.get());
+    j->seqs.push_back(std::move(seq));
+  }
+  j->reserved_slots.clear();
+  j->forked = true;
+  return ok_status();
+}
+
+void Scheduler::emit_token(Seq& s, std::span<const float> logits) {
+  if (s.done) return;
+  const GenerationParams& p = s.job->req.params;
+  logits_.assign(logits.begin(), logits.end());
+  if (s.grammar) s.grammar->apply(logits_);
+  const int32_t token = s.sampler.sample_in_place(logits_);
+  if (token < 0) {
+    finish(s, FinishReason::kError, "no token is allowed (the grammar and the logit bias exclude them all)");
+    return;
+  }
+  s.sampler.accept(token);
+  ++s.generated;
+  ++s.job->usage.completion_tokens;
+  ++stats_.generated_tokens;
+
+  StreamEvent ev;
+  ev.request = s.job->id;
+  ev.choice = s.choice;
+  ev.token = token;
+  if (p.sampling.n_logprobs > 0) {
+    ev.logprob = s.sampler.chosen_logprob();
+    const auto top = s.sampler.top_logprobs();
+    ev.top_logprobs.assign(top.begin(), top.end());
+  }
+  const bool stop_token = (!p.ignore_eos && tok_ && tok_->is_eog(token)) ||
+                          std::find(p.stop_tokens.begin(), p.stop_tokens.end(), token) != p.stop_tokens.end();
+  FinishReason reason = FinishReason::kNone;
+  if (stop_token) {
+    reason = FinishReason::kStop;
+  } else {
+    if (s.grammar && !s.grammar->accept(token)) reason = FinishReason::kError;  // cannot happen: masked
+    if (s.decoder) ev.text = s.stop.push(s.decoder->push(token));
+    if (s.stop.stopped()) {
+      reason = FinishReason::kStop;
+    } else if (s.grammar && s.grammar->done()) {
+      reason = FinishReason::kStop;
+    } else if (s.generated >= p.max_tokens || static_cast<int64_t>(s.tokens.size()) + 1 >= ctx_.kv().n_ctx()) {
+      reason = FinishReason::kLength;
+    }
+  }
+  if (reason == FinishReason::kNone) {
+    s.tokens.push_back(token);
+    if (s.job->req.on_event) s.job->req.on_event(ev);
+    return;
+  }
+  if (s.decoder && !s.stop.stopped()) {  // what the decoder and the stop matcher held back is final now
+    ev.text += s.stop.push(s.decoder->flush());
+    ev.text += s.stop.flush();
+  }
+  ev.finished = true;
+  ev.reason = reason;
+  s.done = true;
+  if (s.job->req.on_event) s.job->req.on_event(ev);
+  finish(s, reason);
+}
+
+void Scheduler::finish(Seq& s, FinishReason reason, const std::string& error) {
+  Job* j = s.job;
+  const bool announced = s.done;  // emit_token already sent the final event
+  s.done = true;
+  if (s.slot >= 0) {
+    ctx_.kv().clear(s.slot);
+    slot_used_[static_cast<size_t>(s.slot)] = false;
+    s.slot = -1;
+  }
+  running_.erase(std::remove(running_.begin(), running_.end(), &s), running_.end());
+  waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), &s), waiting_.end());
+  auto send_final = [&](int32_t choice) {
+    if (!j->req.on_event) return;
+    StreamEvent ev;
+    ev.request = j->id;
+    ev.choice = choice;
+    ev.finished = true;
+    ev.reason = reason;
+    ev.error = error;
+    j->req.on_event(ev);
+  };
+  if (!announced) send_final(s.choice);
+  --j->live;
+  if (!j->forked && j->req.params.n > 1) {
+    // The other choices never started: they end with this one.
+    for (int32_t r : j->reserved_slots) slot_used_[static_cast<size_t>(r)] = false;
+    j->reserved_slots.clear();
+    for (int32_t c = 1; c < j->req.params.n; ++c) send_final(c);
+    j->live = 0;
+  }
+  if (j->live == 0) {
+    j->usage.prompt_tokens = j->n_prompt;
+    if (j->req.on_done) j->req.on_done(j->usage);
+  }
+}
+
+void Scheduler::fail_all(const Error& e) {
+  while (!running_.empty()) finish(*running_.front(), FinishReason::kError, e.message);
+}
+
+Status Scheduler::run_until_idle() {
+  while (!idle()) KITE_TRY(step());
+  return ok_status();
+}
+
+}  // namespace kite

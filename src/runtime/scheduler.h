@@ -1,0 +1,157 @@
+// kite/src/runtime/scheduler.h — continuous batching: many requests share one model step.
+//
+// Each step() packs the next token of every generating sequence plus chunks of waiting prompts
+// (chunked prefill) under a token budget, runs the model once, samples, streams text through
+// the callbacks, retires finished sequences and admits waiting ones. The CLI, the server and the
+// C API all drive generation through it.
+//
+//   Scheduler s(ctx, tokenizer, {});
+//   Request r;  r.prompt = tok.encode("Once upon a time");  r.params.max_tokens = 64;
+//   r.on_event = [](const StreamEvent& e) { std::cout << e.text; };
+//   KITE_ASSIGN_OR_RETURN(uint64_t id, s.submit(std::move(r)));
+//   KITE_TRY(s.run_until_idle());
+//
+// Contracts:
+//  - submit() and cancel() are thread-safe; step() and everything else run on one thread (the
+//    engine thread), which is also where the callbacks run. Callbacks must not block.
+//  - Admission is first come, first served: a waiting sequence is admitted when a sequence slot
+//    is free and the pool can hold all of its uncomputed tokens (after its prefix-cache match).
+//  - When a running sequence needs a block and none is left, the most recently admitted
+//    sequence is preempted: its blocks are released (full ones stay in the prefix cache), it goes
+//    back to the front of the queue, and it is recomputed later from its prompt and the tokens it
+//    already generated. No request is dropped or corrupted; its sampler state is kept.
+//  - A request with n > 1 prefills its prompt once; the n sequences fork from it and share the
+//    prompt's blocks (copy-on-write).
+//  - Every request ends with exactly one event whose `finished` is set (per choice), and then
+//    on_done once with the usage of the whole request.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "src/runtime/context.h"
+#include "src/runtime/sampler.h"
+#include "src/runtime/stop_matcher.h"
+#include "src/runtime/tokenizer.h"
+
+namespace kite {
+
+class Grammar;
+class TokenIndex;
+
+enum class FinishReason { kNone, kStop, kLength, kCancelled, kError };
+const char* finish_reason_name(FinishReason r);  // "stop", "length", "cancelled", "error"
+
+struct GenerationParams {
+  SamplerParams sampling;
+  int32_t max_tokens = 256;                 // generated tokens at most; <= 0: until the context is full
+  std::vector<std::string> stop;            // stop strings (not included in the output)
+  std::vector<int32_t> stop_tokens;         // extra stop token ids (besides end-of-generation)
+  bool ignore_eos = false;                  // keep going past end-of-generation tokens
+  std::shared_ptr<const Grammar> grammar;   // constrains the output (GBNF or JSON Schema)
+  int32_t n = 1;                            // independent completions of one prompt
+};
+
+struct StreamEvent {
+  uint64_t request = 0;
+  int32_t choice = 0;
+  int32_t token = -1;                       // -1 on a final event that carries no token
+  std::string text;                         // text that became final with this token
+  float logprob = 0.f;                      // of `token`, when sampling.n_logprobs > 0
+  std::vector<TokenLogprob> top_logprobs;   // when sampling.n_logprobs > 0
+  bool finished = false;
+  FinishReason reason = FinishReason::kNone;
+  std::string error;                        // reason == kError
+};
+
+struct Usage {
+  int64_t prompt_tokens = 0;
+  int64_t completion_tokens = 0;            // over all choices
+  int64_t cached_tokens = 0;                // prompt tokens served by the prefix cache
+};
+
+struct Request {
+  std::vector<int32_t> prompt;
+  GenerationParams params;
+  std::function<void(const StreamEvent&)> on_event;  // engine thread
+  std::function<void(const Usage&)> on_done;         // engine thread, once, after the last event
+};
+
+struct SchedulerOptions {
+  int32_t max_batch_tokens = 512;   // tokens per model step (decode tokens + prefill chunks)
+  int32_t max_queued = 256;         // waiting requests before submit() answers kBusy
+  int32_t max_tokens_cap = 0;       // upper bound on any request's max_tokens; 0: the context
+};
+
+struct SchedulerStats {
+  int64_t steps = 0, preemptions = 0, computed_tokens = 0, generated_tokens = 0;
+  int32_t running = 0, waiting = 0;
+  double min_pool_use_at_preemption = 1.0;  // fraction of KV blocks in use when a preemption happened
+};
+
+class Scheduler {
+ public:
+  // Sequence slots are the context's (ContextOptions::n_seqs): at most that many run at once.
+  Scheduler(Context& ctx, std::shared_ptr<const Tokenizer> tokenizer, const SchedulerOptions& opts = {});
+  ~Scheduler();
+
+  // Queues a request; errors (kInvalidArgument, kTooLarge, kBusy) name what is wrong. Thread-safe.
+  Result<uint64_t> submit(Request request);
+  // Stops a request; its blocks are freed at the next step. Unknown ids are ignored. Thread-safe.
+  void cancel(uint64_t id);
+
+  // One model step (does nothing when there is no work). Engine thread only.
+  Status step();
+  bool idle() const;
+  Status run_until_idle();
+  // Blocks the engine thread until there is work (a submit or cancel) or `timeout` passes.
+  void wait_for_work(std::chrono::milliseconds timeout);
+  SchedulerStats stats() const;
+
+ private:
+  struct Job;
+  struct Seq;
+  void intake();
+  void admit();
+  bool preempt_newest();
+  void finish(Seq& s, FinishReason reason, const std::string& error = {});
+  void emit_token(Seq& s, std::span<const float> logits);
+  Status fork_choices(Seq& s);
+  void fail_all(const Error& e);
+  int32_t free_slot() const;
+  void publish_stats();
+
+  Context& ctx_;
+  std::shared_ptr<const Tokenizer> tok_;
+  std::shared_ptr<const TokenIndex> token_index_;  // built by the first submit with a grammar
+  std::once_flag index_once_;
+  SchedulerOptions opts_;
+
+  mutable std::mutex mu_;  // guards incoming_, cancels_, next_id_, snapshot_
+  std::condition_variable work_cv_;
+  std::vector<std::unique_ptr<Job>> incoming_;
+  std::vector<uint64_t> cancels_;
+  uint64_t next_id_ = 1;
+  SchedulerStats snapshot_;  // stats_ as of the last step, for other threads
+
+  std::vector<std::unique_ptr<Job>> jobs_;
+  std::deque<Seq*> waiting_;
+  std::vector<Seq*> running_;   // in admission order
+  std::vector<bool> slot_used_;
+  uint64_t admit_counter_ = 0;
+  SchedulerStats stats_;      // engine thread
+
+  // Per-step scratch (reused).
+  std::vector<BatchToken> batch_;
+  std::vector<std::pair<Seq*, int32_t>> chunks_;  // sequence, tokens in this step
+  std::vector<float> logits_;
+};
+
+}  // namespace kite
