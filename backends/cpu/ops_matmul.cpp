@@ -110,6 +110,13 @@ void mul_mat_tiled(Tensor* dst, const KernelCtx& c, const MatmulKernels& mk, con
   }
 }
 
+// Rows per work chunk of a decode mul_mat: about eight chunks per thread (so a thread that the
+// OS preempts hands its share to the others), a multiple of 16 rows.
+int64_t gemv_chunk_rows(int64_t m, int nth) {
+  const int64_t per = m / (8 * static_cast<int64_t>(nth));
+  return std::max<int64_t>(16, per / 16 * 16);
+}
+
 }  // namespace
 
 const MatmulKernels* active_kernels() { return kernels_for(active_simd_level()); }
@@ -218,33 +225,41 @@ void op_mul_mat(Tensor* dst, const KernelCtx& c) {
   const bool tiled = use_tiles(mk, w->type, n);
   const ActFormat f = act_format_for(mk, w->type, n);
 
-  // Phase 1: activations in the kernel's format, once for all threads.
+  // Phase 1: activations in the kernel's format. One row (decode): every thread quantizes it
+  // into its own scratch, which is cheaper than waiting at a barrier; more rows: once into the
+  // shared scratch, each thread its share of rows, then a barrier.
   const uint8_t* act;
   size_t stride;
+  auto quantize_row = [&](int64_t j, uint8_t* out) {
+    switch (f) {
+      case ActFormat::kF32: std::memcpy(out, x_row(x, j), stride); break;
+      case ActFormat::kQ8: mk->quantize_q8(x_row(x, j), out, k); break;
+      case ActFormat::kQ8U: {
+        mk->quantize_q8(x_row(x, j), out, k);
+        for (int64_t b = 0; b < k / 32; ++b) {
+          auto* blk = reinterpret_cast<ActQ8*>(out) + b;
+          for (int8_t& v : blk->qs) v = static_cast<int8_t>(static_cast<uint8_t>(v) ^ 0x80u);
+        }
+        break;
+      }
+      case ActFormat::kQ8K: mk->quantize_q8k(x_row(x, j), out, k); break;
+    }
+  };
   if (f == ActFormat::kF32 && uniform_rows(x)) {
     act = static_cast<const uint8_t*>(x->data);
     stride = x->nb[1];
+  } else if (n == 1 && !tiled) {
+    stride = act_row_bytes(f, k);
+    std::vector<float>& scratch = *c.scratch;
+    if (scratch.size() * sizeof(float) < stride) scratch.resize(stride / sizeof(float) + 1);
+    quantize_row(0, reinterpret_cast<uint8_t*>(scratch.data()));
+    act = reinterpret_cast<const uint8_t*>(scratch.data());
   } else {
     stride = act_row_bytes(f, k);
     uint8_t* buf = c.shared->data();
     int64_t begin, end;
     split(n, c, &begin, &end);
-    for (int64_t j = begin; j < end; ++j) {
-      uint8_t* out = buf + static_cast<size_t>(j) * stride;
-      switch (f) {
-        case ActFormat::kF32: std::memcpy(out, x_row(x, j), stride); break;
-        case ActFormat::kQ8: mk->quantize_q8(x_row(x, j), out, k); break;
-        case ActFormat::kQ8U: {
-          mk->quantize_q8(x_row(x, j), out, k);
-          for (int64_t b = 0; b < k / 32; ++b) {
-            auto* blk = reinterpret_cast<ActQ8*>(out) + b;
-            for (int8_t& v : blk->qs) v = static_cast<int8_t>(static_cast<uint8_t>(v) ^ 0x80u);
-          }
-          break;
-        }
-        case ActFormat::kQ8K: mk->quantize_q8k(x_row(x, j), out, k); break;
-      }
-    }
+    for (int64_t j = begin; j < end; ++j) quantize_row(j, buf + static_cast<size_t>(j) * stride);
     c.barrier->wait();
     act = buf;
   }
@@ -257,6 +272,7 @@ void op_mul_mat(Tensor* dst, const KernelCtx& c) {
   // Phase 2: chunks of weight rows from the shared counter.
   int64_t rows_per_chunk = 16;
   while (rows_per_chunk > 1 && m < rows_per_chunk * c.nth * 4) rows_per_chunk /= 2;
+  if (n == 1 && rows_per_chunk == 16) rows_per_chunk = gemv_chunk_rows(m, c.nth);
   const int64_t n_chunks = (m + rows_per_chunk - 1) / rows_per_chunk;
   auto* out0 = static_cast<uint8_t*>(dst->data);
   const size_t out_stride = dst->nb[1];

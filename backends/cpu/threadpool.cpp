@@ -4,7 +4,25 @@
 #include <set>
 #include <string>
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
+
 namespace kite::cpu {
+
+void SpinWait::once() {
+  if (n_ < kPauseSpins) {
+    ++n_;
+#if defined(__x86_64__) || defined(__i386__)
+    _mm_pause();
+#elif defined(__aarch64__)
+    asm volatile("yield");
+#endif
+    return;
+  }
+  ++n_;
+  std::this_thread::yield();
+}
 
 ThreadPool::ThreadPool(int n_threads) : n_threads_(n_threads < 1 ? 1 : n_threads) {
   for (int i = 1; i < n_threads_; ++i) threads_.emplace_back([this, i] { worker(i); });
@@ -27,28 +45,35 @@ void ThreadPool::run(const std::function<void(int, int)>& fn) {
   }
   job_ = &fn;
   pending_.store(n_threads_ - 1, std::memory_order_relaxed);
-  {
+  // seq_cst pairs with the sleeper's increment-then-recheck: either it sees the new generation
+  // or we see it counted and notify under the lock.
+  generation_.fetch_add(1, std::memory_order_seq_cst);
+  if (sleepers_.load(std::memory_order_seq_cst) > 0) {
     std::lock_guard<std::mutex> lock(mu_);
-    generation_.fetch_add(1, std::memory_order_release);
+    cv_.notify_all();
   }
-  cv_.notify_all();
   fn(0, n_threads_);
-  while (pending_.load(std::memory_order_acquire) != 0) std::this_thread::yield();
+  SpinWait sw;
+  while (pending_.load(std::memory_order_acquire) != 0) sw.once();
   job_ = nullptr;
 }
 
 void ThreadPool::worker(int ith) {
   uint64_t seen = 0;
+  // Idle polls before sleeping: pause spins first, then yields (~ milliseconds in all).
+  constexpr int kMaxSpins = SpinWait::kPauseSpins + 4000;
   for (;;) {
-    // Spin a little for the next job, then sleep.
     uint64_t gen = generation_.load(std::memory_order_acquire);
-    for (int spin = 0; gen == seen && spin < 20000; ++spin) {
-      std::this_thread::yield();
+    SpinWait sw;
+    while (gen == seen && sw.count() < kMaxSpins) {
+      sw.once();
       gen = generation_.load(std::memory_order_acquire);
     }
     if (gen == seen) {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return generation_.load(std::memory_order_acquire) != seen; });
+      sleepers_.fetch_add(1, std::memory_order_seq_cst);
+      cv_.wait(lock, [&] { return generation_.load(std::memory_order_seq_cst) != seen; });
+      sleepers_.fetch_sub(1, std::memory_order_relaxed);
       gen = generation_.load(std::memory_order_acquire);
     }
     seen = gen;
@@ -87,9 +112,8 @@ void Barrier::wait() {
     generation_.fetch_add(1, std::memory_order_acq_rel);
     return;
   }
-  for (int spin = 0; generation_.load(std::memory_order_acquire) == gen; ++spin) {
-    if (spin > 64) std::this_thread::yield();
-  }
+  SpinWait sw;
+  while (generation_.load(std::memory_order_acquire) == gen) sw.once();
 }
 
 }  // namespace kite::cpu
