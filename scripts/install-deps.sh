@@ -10,7 +10,13 @@ packages=(
   doctest-dev libcli11-dev nlohmann-json3-dev libcpp-httplib-dev
   libpcre2-dev                      # tokenizer pre-tokenizer regexes (Unicode properties)
   unicode-data                      # UnicodeData.txt: BERT normalization tables (generated at build)
+  openssl                           # the server's HTTPS test makes a throwaway certificate
 )
+# Node.js and npm run the official `openai` client against `kite serve` in the tests. Any Node >= 18
+# does (Debian 12's nodejs + npm; a machine that already has node and npm keeps its own).
+if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+  packages+=(nodejs npm)
+fi
 
 missing=()
 for p in "${packages[@]}"; do
@@ -24,4 +30,9 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
 else
   echo "install-deps: all ${#packages[@]} packages present" >&2
+fi
+
+# The openai npm client, pinned by tests/openai/package-lock.json (from the npm registry).
+if [ ! -d "$(dirname "$0")/../tests/openai/node_modules/openai" ]; then
+  (cd "$(dirname "$0")/../tests/openai" && npm ci --no-audit --no-fund --loglevel=error)
 fi

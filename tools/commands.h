@@ -24,5 +24,6 @@ void register_template(CLI::App& app, Action* run);
 void register_run(CLI::App& app, Action* run);
 void register_perplexity(CLI::App& app, Action* run);
 void register_bench(CLI::App& app, Action* run);
+void register_serve(CLI::App& app, Action* run);
 
 }  // namespace kite::tools

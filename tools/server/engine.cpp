@@ -1,0 +1,278 @@
+#include "tools/server/engine.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+namespace kite::tools::server {
+
+RequestStream::RequestStream(int32_t n_parts, Metrics* metrics)
+    : parts_left_(n_parts), metrics_(metrics), last_token_(static_cast<size_t>(n_parts)) {}
+
+void RequestStream::on_event(int32_t part, const StreamEvent& e) {
+  const auto now = Clock::now();
+  if (e.token >= 0 && metrics_ && part >= 0 && part < static_cast<int32_t>(last_token_.size())) {
+    auto& times = last_token_[part];
+    if (e.choice >= static_cast<int32_t>(times.size())) times.resize(e.choice + 1, Clock::time_point{});
+    auto& last = times[e.choice];
+    if (last == Clock::time_point{}) metrics_->observe_ttft(std::chrono::duration<double>(now - start_).count());
+    else metrics_->observe_inter_token(std::chrono::duration<double>(now - last).count());
+    last = now;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    pending_.push_back({part, e});
+  }
+  cv_.notify_one();
+}
+
+void RequestStream::on_done(int32_t /*part*/, const Usage& u) {
+  if (metrics_) {
+    metrics_->add_tokens(u.prompt_tokens, u.completion_tokens, u.cached_tokens);
+    metrics_->observe_request_latency(std::chrono::duration<double>(Clock::now() - start_).count());
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    usage_.prompt_tokens += u.prompt_tokens;
+    usage_.completion_tokens += u.completion_tokens;
+    usage_.cached_tokens += u.cached_tokens;
+    --parts_left_;
+  }
+  cv_.notify_one();
+}
+
+bool RequestStream::drain(std::vector<PartEvent>* out, std::chrono::milliseconds wait) {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait_for(lock, wait, [&] { return !pending_.empty() || parts_left_ <= 0; });
+  for (auto& e : pending_) out->push_back(std::move(e));
+  pending_.clear();
+  return parts_left_ <= 0;
+}
+
+Usage RequestStream::usage() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return usage_;
+}
+
+namespace {
+
+// FNV-1a over the model's files: names, sizes and their first and last MiB. Cheap for any model
+// size, and it changes when the weights (or the file set) change.
+std::string model_digest(const std::string& path) {
+  namespace fs = std::filesystem;
+  uint64_t h = 1469598103934665603ull;
+  auto mix = [&h](const void* p, size_t n) {
+    const auto* b = static_cast<const unsigned char*>(p);
+    for (size_t i = 0; i < n; ++i) h = (h ^ b[i]) * 1099511628211ull;
+  };
+  std::vector<fs::path> files;
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) {
+    for (const auto& e : fs::directory_iterator(path, ec))
+      if (e.is_regular_file(ec)) files.push_back(e.path());
+  } else {
+    files.push_back(path);
+  }
+  std::sort(files.begin(), files.end());
+  std::vector<char> buf(1 << 20);
+  for (const auto& f : files) {
+    const std::string name = f.filename().string();
+    mix(name.data(), name.size());
+    const uint64_t size = fs::file_size(f, ec);
+    mix(&size, sizeof size);
+    std::ifstream in(f, std::ios::binary);
+    in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
+    mix(buf.data(), static_cast<size_t>(in.gcount()));
+    if (size > buf.size()) {
+      in.clear();
+      in.seekg(static_cast<std::streamoff>(size - buf.size()));
+      in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
+      mix(buf.data(), static_cast<size_t>(in.gcount()));
+    }
+  }
+  char out[32];
+  std::snprintf(out, sizeof out, "fp_%016llx", static_cast<unsigned long long>(h));
+  return out;
+}
+
+std::string model_name(const std::string& path) {
+  std::filesystem::path p(path);
+  while (!p.empty() && p.filename().empty()) p = p.parent_path();  // "dir/" -> "dir"
+  std::string name = p.filename().string();
+  return name.empty() ? std::string("kite") : name;
+}
+
+Result<ChatTemplate> load_template(const std::string& name, const Model& model) {
+  if (name.empty()) {
+    if (const auto* v = model.source().metadata().find("tokenizer.chat_template")) {
+      (void)v;
+      auto text = model.source().metadata().get<std::string>("tokenizer.chat_template");
+      if (text) {
+        auto t = ChatTemplate::parse(*text);
+        if (!t) return t.error().with_context("the model's chat template");
+        return t;
+      }
+    }
+    return ChatTemplate::builtin("chatml");
+  }
+  const auto names = ChatTemplate::builtin_names();
+  if (std::find(names.begin(), names.end(), name) != names.end()) return ChatTemplate::builtin(name);
+  std::ifstream f(name, std::ios::binary);
+  if (!f) return make_error("--template ", name, ": neither a built-in template nor a readable file");
+  std::stringstream ss;
+  ss << f.rdbuf();
+  auto t = ChatTemplate::parse(ss.str());
+  if (!t) return t.error().with_context("--template " + name);
+  return t;
+}
+
+}  // namespace
+
+Engine::Engine(EngineOptions opts, Metrics* metrics) : opts_(std::move(opts)), metrics_(metrics) {}
+
+Engine::~Engine() { stop(); }
+
+void Engine::start() { thread_ = std::thread([this] { thread_main(); }); }
+
+void Engine::stop() {
+  stop_.store(true);
+  if (thread_.joinable()) thread_.join();
+}
+
+std::string Engine::failure() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return failure_;
+}
+
+Status Engine::load_and_warm_up() {
+  KITE_ASSIGN_OR_RETURN(loaded_, load_model(opts_.model, opts_.parallel));
+  KITE_ASSIGN_OR_RETURN(ChatTemplate t, load_template(opts_.template_name, *loaded_.model));
+  template_.emplace(std::move(t));
+  model_id_ = model_name(opts_.model.model);
+  fingerprint_ = model_digest(opts_.model.model);
+  scheduler_ = std::make_unique<Scheduler>(*loaded_.ctx, loaded_.tokenizer, opts_.scheduler);
+  // Warm-up: one short generation builds the step graphs and touches the weights.
+  Request r;
+  EncodeOptions eo;
+  eo.add_special = true;
+  r.prompt = loaded_.tokenizer->encode("Hello", eo);
+  if (r.prompt.empty()) r.prompt.push_back(0);
+  r.params.max_tokens = 2;
+  r.params.sampling.temperature = 0;
+  r.params.ignore_eos = true;
+  KITE_ASSIGN_OR_RETURN(uint64_t id, scheduler_->submit(std::move(r)));
+  (void)id;
+  KITE_TRY(scheduler_->run_until_idle());
+  return ok_status();
+}
+
+void Engine::publish() {
+  const KvStats kv = loaded_.ctx->kv().stats();
+  const SchedulerStats s = scheduler_->stats();
+  std::lock_guard<std::mutex> lock(mu_);
+  snapshot_.running = s.running;
+  snapshot_.waiting = s.waiting;
+  snapshot_.steps = s.steps;
+  snapshot_.preemptions = s.preemptions;
+  snapshot_.kv_blocks_total = kv.blocks_total;
+  snapshot_.kv_blocks_used = kv.blocks_used;
+  snapshot_.kv_blocks_cached = kv.blocks_cached;
+  snapshot_.prefix_queried_tokens = kv.prefix_queried_tokens;
+  snapshot_.prefix_hit_tokens = kv.prefix_hit_tokens;
+}
+
+void Engine::thread_main() {
+  if (auto st = load_and_warm_up(); !st) {
+    std::lock_guard<std::mutex> lock(mu_);
+    failure_ = st.error().message;
+    state_.store(State::kFailed, std::memory_order_release);
+    return;
+  }
+  publish();
+  state_.store(State::kReady, std::memory_order_release);
+  while (!stop_.load()) {
+    if (scheduler_->idle()) {
+      publish();
+      scheduler_->wait_for_work(std::chrono::milliseconds(50));
+      continue;
+    }
+    if (auto st = scheduler_->step(); !st)
+      std::fprintf(stderr, "kite serve: engine step failed: %s\n", st.error().message.c_str());
+    publish();
+  }
+  // Shutting down: whatever is still queued or running ends as cancelled.
+  cancel_all();
+  for (int i = 0; i < 1000 && !scheduler_->idle(); ++i)
+    if (!scheduler_->step()) break;
+  publish();
+  state_.store(State::kStopped, std::memory_order_release);
+}
+
+Result<std::vector<uint64_t>> Engine::submit(std::vector<std::vector<int32_t>> prompts,
+                                             const GenerationParams& params, std::shared_ptr<RequestStream> stream) {
+  if (state() != State::kReady) return make_error_code(ErrorCode::kBusy, "the model is not ready");
+  std::vector<uint64_t> ids;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    Request r;
+    r.prompt = std::move(prompts[i]);
+    r.params = params;
+    const int32_t part = static_cast<int32_t>(i);
+    struct Cell {
+      uint64_t id = 0;    // guarded by mu_
+      bool done = false;  // guarded by mu_
+    };
+    auto cell = std::make_shared<Cell>();
+    r.on_event = [stream, part](const StreamEvent& e) { stream->on_event(part, e); };
+    r.on_done = [this, stream, part, cell](const Usage& u) {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        cell->done = true;
+        active_.erase(cell->id);
+      }
+      stream->on_done(part, u);
+    };
+    // Not under mu_: submit may build the grammar's token index, and the engine thread's
+    // on_done needs mu_. A request that is done before it is recorded is simply not recorded.
+    auto id = scheduler_->submit(std::move(r));
+    if (!id) {
+      cancel(ids);
+      if (i > 0) return id.error().with_context("prompt " + std::to_string(i));
+      return id.error();
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      cell->id = *id;
+      if (!cell->done) active_.insert(*id);
+    }
+    ids.push_back(*id);
+  }
+  return ids;
+}
+
+void Engine::cancel(const std::vector<uint64_t>& ids) {
+  if (!scheduler_) return;
+  for (uint64_t id : ids) scheduler_->cancel(id);
+}
+
+void Engine::cancel_all() {
+  std::vector<uint64_t> ids;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ids.assign(active_.begin(), active_.end());
+  }
+  cancel(ids);
+}
+
+size_t Engine::active() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return active_.size();
+}
+
+EngineSnapshot Engine::snapshot() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return snapshot_;
+}
+
+}  // namespace kite::tools::server

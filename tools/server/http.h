@@ -1,0 +1,77 @@
+// kite/tools/server/http.h — the HTTP side of `kite serve`: routes, authentication, request ids,
+// errors, logging (cpp-httplib).
+#pragma once
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include <httplib.h>
+
+#include "tools/server/engine.h"
+#include "tools/server/metrics.h"
+#include "tools/server/openai.h"
+
+namespace kite::tools::server {
+
+struct ServerOptions {
+  std::string host = "127.0.0.1";
+  int port = 8080;
+  std::string api_key;           // empty: no authentication
+  double timeout_s = 600;        // per generation request
+  size_t max_body_bytes = 8u << 20;
+  int threads = 0;               // HTTP worker threads; 0: enough for the slots and the queue
+  std::string ssl_cert, ssl_key; // both set: HTTPS
+};
+
+// Writes an OpenAI error body with its status (and Retry-After for 429/503).
+void send_error(httplib::Response& res, const ApiError& e);
+
+// What the generation handlers need.
+struct HandlerContext {
+  Engine* engine = nullptr;
+  Metrics* metrics = nullptr;
+  double timeout_s = 600;
+  const std::atomic<bool>* shutting_down = nullptr;
+};
+
+// POST /v1/chat/completions and /v1/completions (generate.cpp).
+void handle_generate(const HandlerContext& hc, Endpoint endpoint, const httplib::Request& req,
+                     httplib::Response& res);
+
+// The embedded chat page (chat_page.cpp).
+const char* chat_page_html();
+
+class HttpServer {
+ public:
+  HttpServer(Engine* engine, Metrics* metrics, ServerOptions opts);
+  ~HttpServer();
+  // Binds the socket; an error names the address.
+  Status bind();
+  int port() const { return port_; }
+  // Serves until stop() (blocking).
+  void listen();
+  // New generation requests get 503 from now on; running ones go on.
+  void begin_shutdown() { shutting_down_.store(true); }
+  void stop();
+
+ private:
+  void add_routes();
+  void handle_simple(const httplib::Request& req, httplib::Response& res);
+
+  Engine* engine_;
+  Metrics* metrics_;
+  ServerOptions opts_;
+  std::unique_ptr<httplib::Server> srv_;
+  int port_ = 0;
+  int listen_fd_ = -1;
+  std::mutex starts_mu_;
+  std::map<std::thread::id, Clock::time_point> starts_;  // request start per worker thread
+  std::atomic<bool> shutting_down_{false};
+  HandlerContext hc_;
+};
+
+}  // namespace kite::tools::server
