@@ -23,7 +23,9 @@ std::vector<std::string> serve_args(std::vector<std::string> extra = {}, const s
   return a;
 }
 
+// httplib's default read timeout (5 s) is shorter than a generation takes on a loaded CI machine.
 httplib::Result post(httplib::Client& c, const std::string& path, const json& body) {
+  c.set_read_timeout(120, 0);
   return c.Post(path.c_str(), body.dump(), "application/json");
 }
 
