@@ -12,6 +12,8 @@ int main(int argc, char** argv) {
 
   kite::tools::Action run;
   kite::tools::register_inspect(app, &run);
+  kite::tools::register_convert(app, &run);
+  kite::tools::register_quantize(app, &run);
   kite::tools::register_tokenize(app, &run);
   kite::tools::register_template(app, &run);
   kite::tools::register_run(app, &run);

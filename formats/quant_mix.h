@@ -1,0 +1,57 @@
+// kite/formats/quant_mix.h — which type each tensor gets when a model is quantized.
+//
+// A "mix" is what llama.cpp calls a file type (LLAMA_FTYPE_MOSTLY_Q4_K_M, ...): a default type
+// plus rules that give some tensors other types. The rules follow llama.cpp's documented
+// behaviour (llama_tensor_get_type) so that kite's Q4_K_M file of a model has the same tensor
+// types as llama-quantize's:
+//   - only tensors named *.weight with 2+ dims are quantized; norms, biases and other 1-D
+//     tensors keep their type (F32 when converting from 16-bit Hugging Face weights);
+//   - the output projection (or token_embd when the embeddings are tied) gets Q6_K
+//     (Q8_0 when its rows are not whole 256-blocks; unchanged for Q8_0);
+//   - attn_v / ffn_down / attn_output get more bits in the K mixes (per layer for the _M mixes);
+//   - a K/IQ type on rows that are not a multiple of 256 falls back to Q5_0 (from Q4_K), Q5_1
+//     (Q5_K), Q8_0 (Q6_K) or IQ4_NL (Q2_K, Q3_K, IQ4_XS), F16 if even that does not fit.
+// A plain type name ("q4_K", "q8_0", "f16", ...) that is not a mix name quantizes every
+// quantizable tensor to that type (llama.cpp's --pure), with the same row-length fallbacks.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "formats/gguf.h"
+#include "src/base/status.h"
+
+namespace kite::quant {
+
+struct Mix {
+  std::string_view name;      // "Q4_K_M", "F16", "q4_K" (plain type: ggml's name)
+  uint32_t file_type;         // general.file_type (llama_ftype)
+  Type default_type;
+  bool pure;                  // a plain type: no per-tensor rules
+};
+
+// A mix or plain type by name, case-insensitive ("q4_k_m", "Q8_0", "bf16", "q5_k");
+// nullptr if unknown.
+const Mix* find_mix(std::string_view name);
+// Every accepted name, mixes first, for help texts and error messages.
+std::vector<std::string> known_mix_names();
+
+struct PlanOptions {
+  // Tensors left unquantized become F32 when they are 16-bit floats (convert_hf_to_gguf's
+  // convention for 1-D tensors); when false they keep their type (llama-quantize's).
+  bool small_tensors_f32 = false;
+};
+
+struct PlanEntry {
+  Type type;
+  bool fallback = false;  // the rule's type did not fit the row length
+};
+
+// The type of each tensor of `tensors` (in order) under `mix`. `meta` supplies the
+// architecture and head counts (attn_v's rule for Q2_K depends on n_head / n_head_kv).
+Result<std::vector<PlanEntry>> plan_types(const Mix& mix, const std::vector<gguf::TensorInfo>& tensors,
+                                          const gguf::Metadata& meta, const PlanOptions& opt = {});
+
+}  // namespace kite::quant
