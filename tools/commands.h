@@ -24,6 +24,7 @@ void register_quantize(CLI::App& app, Action* run);
 void register_tokenize(CLI::App& app, Action* run);
 void register_template(CLI::App& app, Action* run);
 void register_run(CLI::App& app, Action* run);
+void register_chat(CLI::App& app, Action* run);
 void register_perplexity(CLI::App& app, Action* run);
 void register_bench(CLI::App& app, Action* run);
 void register_serve(CLI::App& app, Action* run);

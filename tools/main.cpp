@@ -17,6 +17,7 @@ int main(int argc, char** argv) {
   kite::tools::register_tokenize(app, &run);
   kite::tools::register_template(app, &run);
   kite::tools::register_run(app, &run);
+  kite::tools::register_chat(app, &run);
   kite::tools::register_perplexity(app, &run);
   kite::tools::register_bench(app, &run);
   kite::tools::register_serve(app, &run);
