@@ -29,7 +29,6 @@ struct Scheduler::Seq {
   int64_t computed = 0;
   int32_t slot = -1;
   int32_t generated = 0;
-  uint64_t admitted = 0;
   bool done = false;
   Sampler sampler;
   std::optional<GrammarMatcher> grammar;
@@ -177,7 +176,6 @@ void Scheduler::admit() {
     slot_used_[static_cast<size_t>(slot)] = true;
     s->slot = slot;
     s->computed = matched;
-    s->admitted = ++admit_counter_;
     for (int32_t i = 1; i < slots; ++i) {
       const int32_t r = free_slot();
       slot_used_[static_cast<size_t>(r)] = true;
@@ -189,9 +187,8 @@ void Scheduler::admit() {
   }
 }
 
-// Preempts the most recently admitted running sequence; false when none is left.
-bool Scheduler::preempt_newest() {
-  if (running_.empty()) return false;
+// Preempts the most recently admitted running sequence (there is one: callers check).
+void Scheduler::preempt_newest() {
   const BlockPool& pool = ctx_.kv().pool();
   stats_.min_pool_use_at_preemption = std::min(
       stats_.min_pool_use_at_preemption, static_cast<double>(pool.n_referenced()) / std::max(1, pool.n_blocks()));
@@ -206,7 +203,6 @@ bool Scheduler::preempt_newest() {
   v->computed = 0;
   waiting_.push_front(v);
   ++stats_.preemptions;
-  return true;
 }
 
 Status Scheduler::step() {
@@ -324,7 +320,6 @@ Status Scheduler::fork_choices(Seq& s) {
     seq->sampler.accept_prompt(seq->tokens);
     seq->computed = s.computed;
     seq->slot = slot;
-    seq->admitted = ++admit_counter_;
     if (s.grammar) seq->grammar = *s.grammar;  // same state (nothing generated yet); shares its cache
     running_.push_back(seq.get());
     j->seqs.push_back(std::move(seq));

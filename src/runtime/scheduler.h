@@ -120,7 +120,7 @@ class Scheduler {
   struct Seq;
   void intake();
   void admit();
-  bool preempt_newest();
+  void preempt_newest();
   void finish(Seq& s, FinishReason reason, const std::string& error = {});
   void emit_token(Seq& s, std::span<const float> logits);
   Status fork_choices(Seq& s);
@@ -143,9 +143,8 @@ class Scheduler {
 
   std::vector<std::unique_ptr<Job>> jobs_;
   std::deque<Seq*> waiting_;
-  std::vector<Seq*> running_;   // in admission order
+  std::vector<Seq*> running_;   // in admission order (forks join at the end): the newest is last
   std::vector<bool> slot_used_;
-  uint64_t admit_counter_ = 0;
   SchedulerStats stats_;      // engine thread
 
   // Per-step scratch (reused).
