@@ -136,3 +136,22 @@ TEST_CASE("generate: kite run --json-schema and --grammar constrain the output")
   CHECK(bad.exit_code == 2);
   CHECK(bad.err.find("recursion") != std::string::npos);
 }
+
+TEST_CASE("cli: kite help CMD prints that command's help; --version; unknown commands are usage errors") {
+  auto run = run_kite({"help", "run"});
+  CHECK(run.exit_code == 0);
+  CHECK(run.out.find("Usage: kite run") != std::string::npos);
+  CHECK(run.out.find("--json-schema") != std::string::npos);
+  CHECK(run.out == run_kite({"run", "--help"}).out);
+  auto all = run_kite({"help"});
+  CHECK(all.exit_code == 0);
+  for (const char* cmd : {"inspect", "convert", "quantize", "run", "chat", "serve", "bench", "perplexity"})
+    CHECK_MESSAGE(all.out.find(cmd) != std::string::npos, cmd);
+  auto nope = run_kite({"help", "nope"});
+  CHECK(nope.exit_code == 2);
+  CHECK(nope.err.find("'nope'") != std::string::npos);
+  auto version = run_kite({"--version"});
+  CHECK(version.exit_code == 0);
+  CHECK(version.out.rfind("kite ", 0) == 0);
+  CHECK(run_kite({"frobnicate"}).exit_code == 2);
+}

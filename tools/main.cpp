@@ -22,6 +22,26 @@ int main(int argc, char** argv) {
   kite::tools::register_bench(app, &run);
   kite::tools::register_serve(app, &run);
 
+  // `kite help [CMD]`: the same text as `kite CMD --help` (or the command list).
+  std::string help_for;
+  auto* help = app.add_subcommand("help", "Show the help of a subcommand: kite help CMD");
+  help->add_option("command", help_for, "The subcommand");
+  help->callback([&] {
+    run = [&] {
+      if (help_for.empty()) {
+        std::printf("%s", app.get_formatter()->make_help(&app, "kite", CLI::AppFormatMode::Normal).c_str());
+        return kite::tools::kExitOk;
+      }
+      for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; }))
+        if (sub->get_name() == help_for && sub != help) {
+          std::printf("%s", sub->help("kite").c_str());
+          return kite::tools::kExitOk;
+        }
+      std::fprintf(stderr, "kite help: no command '%s'; `kite help` lists them\n", help_for.c_str());
+      return kite::tools::kExitUsage;
+    };
+  });
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
