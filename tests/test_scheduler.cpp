@@ -328,3 +328,37 @@ TEST_CASE("scheduler: a JSON schema constrains sampled output on a real model") 
   }
   CHECK(complete >= 4);
 }
+
+TEST_CASE("scheduler: forks, cancellations and preemption together leave nothing behind") {
+  const auto ps = prompts(6);
+  auto ctx = make_context(8, 24);  // 24 blocks for up to 8 sequences: preemption is certain
+  Scheduler s(*ctx, engine().tok);
+  Collector col;
+  std::vector<uint64_t> ids;
+  int done_calls = 0;
+  for (size_t i = 0; i < ps.size(); ++i) {
+    GenerationParams p = greedy(40);
+    p.n = i % 2 == 0 ? 3 : 1;
+    auto r = col.make(ps[i], p);
+    r.on_done = [&](const Usage&) { ++done_calls; };
+    auto id = s.submit(std::move(r));
+    REQUIRE_MESSAGE(id.ok(), id.error().message);
+    ids.push_back(*id);
+  }
+  for (int i = 0; i < 6; ++i) REQUIRE(s.step().ok());
+  s.cancel(ids[2]);  // a 3-choice request, forked or not yet
+  s.cancel(ids[5]);
+  REQUIRE(s.run_until_idle().ok());
+  CHECK(done_calls == 6);
+  for (size_t i = 0; i < ids.size(); ++i)
+    for (int32_t c = 0; c < (i % 2 == 0 ? 3 : 1); ++c) {
+      const Outcome& o = col.at(ids[i], c);
+      CHECK_MESSAGE(o.finished_events == 1, "request ", i, " choice ", c);
+      if (i != 2 && i != 5) CHECK(o.reason != FinishReason::kCancelled);
+    }
+  // Greedy choices of one request are identical, preempted or not.
+  CHECK(col.at(ids[0], 0).tokens == col.at(ids[0], 1).tokens);
+  CHECK(col.at(ids[4], 0).tokens == col.at(ids[4], 2).tokens);
+  CHECK(s.stats().preemptions > 0);
+  CHECK(ctx->kv().pool().n_referenced() == 0);
+}
