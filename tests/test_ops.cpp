@@ -456,61 +456,6 @@ TEST_CASE("ops: get_rows, copy and kv_write") {
   });
 }
 
-TEST_CASE("ops: attention over a paged F16 and F32 cache with GQA") {
-  const int64_t hd = 64, nh = 4, nkv = 2, bs = 4, nblocks = 8, nslots = bs * nblocks, maxb = 4;
-  // Two sequences: seq 0 owns blocks {2, 0, 5, 7}, seq 1 owns {1, 3, 4, 6}.
-  const std::vector<int32_t> table = {2, 0, 5, 7, 1, 3, 4, 6};  // [max_blocks=4, n_seqs=2]
-  const std::vector<int32_t> pos = {13, 2, 15, 9}, seq = {0, 1, 0, 1};
-  const int64_t nt = static_cast<int64_t>(pos.size());
-  const std::vector<float> q = randn(static_cast<size_t>(hd * nh * nt), 41);
-  const std::vector<float> kf = randn(static_cast<size_t>(hd * nkv * nslots), 42);
-  const std::vector<float> vf = randn(static_cast<size_t>(hd * nkv * nslots), 43);
-  const float scale = 1.f / 8.f;
-  for (DType t : {DType::F16, DType::F32}) {
-    const std::vector<uint8_t> kb = encode(t, kf, nslots, hd * nkv), vb = encode(t, vf, nslots, hd * nkv);
-    const std::vector<float> kd = decode(t, kb, hd * nkv * nslots), vd = decode(t, vb, hd * nkv * nslots);
-    std::vector<double> ref(static_cast<size_t>(hd * nh * nt));
-    for (int64_t ti = 0; ti < nt; ++ti)
-      for (int64_t h = 0; h < nh; ++h) {
-        const int64_t kvh = h / (nh / nkv);
-        std::vector<double> s;
-        for (int64_t j = 0; j <= pos[ti]; ++j) {
-          const int64_t slot = table[seq[ti] * maxb + j / bs] * bs + j % bs;
-          double d = 0;
-          for (int64_t i = 0; i < hd; ++i) d += static_cast<double>(q[(ti * nh + h) * hd + i]) * kd[(slot * nkv + kvh) * hd + i];
-          s.push_back(d * scale);
-        }
-        double mx = -INFINITY, sum = 0;
-        for (double v : s) mx = std::max(mx, v);
-        for (double& v : s) sum += (v = std::exp(v - mx));
-        for (int64_t i = 0; i < hd; ++i) {
-          double acc = 0;
-          for (int64_t j = 0; j <= pos[ti]; ++j) {
-            const int64_t slot = table[seq[ti] * maxb + j / bs] * bs + j % bs;
-            acc += s[j] / sum * vd[(slot * nkv + kvh) * hd + i];
-          }
-          ref[(ti * nh + h) * hd + i] = acc;
-        }
-      }
-    check_op("attention", ref, 1e-10, [&](Backend& be) {
-      Graph g;
-      Tensor* tq = g.input(DType::F32, {hd, nh, nt}, "q");
-      Tensor* tk = g.input(t, {hd * nkv, nslots}, "k");
-      Tensor* tv = g.input(t, {hd * nkv, nslots}, "v");
-      Tensor* tp = g.input(DType::I32, {nt}, "pos");
-      Tensor* ts = g.input(DType::I32, {nt}, "seq");
-      Tensor* tt = g.input(DType::I32, {maxb, 2}, "table");
-      AttentionParams ap;
-      ap.n_kv_head = static_cast<int32_t>(nkv);
-      ap.block_size = static_cast<int32_t>(bs);
-      ap.scale = scale;
-      return run_graph(be, g, g.attention(tq, tk, tv, tp, ts, tt, ap),
-                       {{tq, bytes_of(q)}, {tk, kb}, {tv, vb}, {tp, bytes_of_i32(pos)}, {ts, bytes_of_i32(seq)},
-                        {tt, bytes_of_i32(table)}});
-    });
-  }
-}
-
 // A continuous-batching step over a paged cache: several sequences with scattered,
 // non-monotonic block tables (the first block shared by two of them, as the prefix cache
 // leaves it), each contributing decode tokens or a prefill chunk at positions not starting at 0.
@@ -580,6 +525,41 @@ std::vector<double> attention_ref(const PagedBatch& b, const std::vector<float>&
     }
   return ref;
 }
+
+TEST_CASE("ops: attention over a paged F16 and F32 cache with GQA") {
+  const int64_t hd = 64, nh = 4, nkv = 2, bs = 4, nblocks = 8, nslots = bs * nblocks, maxb = 4;
+  // Two sequences: seq 0 owns blocks {2, 0, 5, 7}, seq 1 owns {1, 3, 4, 6}.
+  const std::vector<int32_t> table = {2, 0, 5, 7, 1, 3, 4, 6};  // [max_blocks=4, n_seqs=2]
+  const std::vector<int32_t> pos = {13, 2, 15, 9}, seq = {0, 1, 0, 1};
+  const int64_t nt = static_cast<int64_t>(pos.size());
+  const std::vector<float> q = randn(static_cast<size_t>(hd * nh * nt), 41);
+  const std::vector<float> kf = randn(static_cast<size_t>(hd * nkv * nslots), 42);
+  const std::vector<float> vf = randn(static_cast<size_t>(hd * nkv * nslots), 43);
+  const float scale = 1.f / 8.f;
+  for (DType t : {DType::F16, DType::F32}) {
+    const std::vector<uint8_t> kb = encode(t, kf, nslots, hd * nkv), vb = encode(t, vf, nslots, hd * nkv);
+    const std::vector<float> kd = decode(t, kb, hd * nkv * nslots), vd = decode(t, vb, hd * nkv * nslots);
+    const PagedBatch b{hd, nh, nkv, bs, maxb, nslots, table, pos, seq, {}};
+    const std::vector<double> ref = attention_ref(b, q, kd, vd, scale);
+    check_op("attention", ref, 1e-10, [&](Backend& be) {
+      Graph g;
+      Tensor* tq = g.input(DType::F32, {hd, nh, nt}, "q");
+      Tensor* tk = g.input(t, {hd * nkv, nslots}, "k");
+      Tensor* tv = g.input(t, {hd * nkv, nslots}, "v");
+      Tensor* tp = g.input(DType::I32, {nt}, "pos");
+      Tensor* ts = g.input(DType::I32, {nt}, "seq");
+      Tensor* tt = g.input(DType::I32, {maxb, 2}, "table");
+      AttentionParams ap;
+      ap.n_kv_head = static_cast<int32_t>(nkv);
+      ap.block_size = static_cast<int32_t>(bs);
+      ap.scale = scale;
+      return run_graph(be, g, g.attention(tq, tk, tv, tp, ts, tt, ap),
+                       {{tq, bytes_of(q)}, {tk, kb}, {tv, vb}, {tp, bytes_of_i32(pos)}, {ts, bytes_of_i32(seq)},
+                        {tt, bytes_of_i32(table)}});
+    });
+  }
+}
+
 
 // kv_write of the batch's new K/V rows into caches of types kt/vt, then attention over them.
 std::vector<float> run_paged_attention(Backend& be, const PagedBatch& b, DType kt, DType vt, const std::vector<float>& q,
