@@ -114,10 +114,10 @@ Status Context::decode(std::span<const BatchToken> batch) {
   KITE_TRY(backend_->upload(*step->in.out_rows, out, static_cast<size_t>(o) * sizeof(int32_t)));
   KITE_TRY(backend_->upload(*step->in.block_table, table, step->in.block_table->nbytes()));
 
-  if (opts_.dump_ops.empty()) {
+  if (opts_.dump_ops.empty() && !opts_.op_observer) {
     KITE_TRY(backend_->compute(step->graph.nodes()));
   } else {
-    KITE_TRY(compute_with_dump(step->graph));
+    KITE_TRY(compute_op_by_op(step->graph));
   }
   KITE_TRY(backend_->synchronize());
   for (const BatchToken& t : batch) kv_->advance(t.seq, std::span<const int32_t>(&t.token, 1));
@@ -129,50 +129,57 @@ Status Context::decode(std::span<const BatchToken> batch) {
   return ok_status();
 }
 
-Status Context::compute_with_dump(const Graph& g) {
+Status Context::compute_op_by_op(const Graph& g) {
   static int step_counter = 0;
   const int step_no = step_counter++;
-  std::vector<uint8_t> bytes;
-  std::vector<float> row;
   for (Tensor* n : g.nodes()) {
     KITE_TRY(backend_->compute(std::span<Tensor* const>(&n, 1)));
+    if (n->op == Op::kView || n->op == Op::kKvWrite) continue;
+    if (opts_.op_observer) {
+      KITE_TRY(backend_->synchronize());
+      KITE_TRY(opts_.op_observer(*n, *backend_));
+    }
+    if (opts_.dump_ops.empty()) continue;
     const bool match = opts_.dump_ops == "*" || n->name.find(opts_.dump_ops) != std::string::npos ||
                        std::string(op_name(n->op)).find(opts_.dump_ops) != std::string::npos;
-    if (!match || n->op == Op::kView || n->op == Op::kKvWrite) continue;
-    KITE_TRY(backend_->synchronize());
-    // Statistics over the tensor as F32 (row by row, any storage type).
-    bytes.resize(n->nbytes());
-    KITE_TRY(backend_->download(*n, bytes.data(), bytes.size()));
-    double sum = 0, sum2 = 0;
-    float mn = INFINITY, mx = -INFINITY;
-    int64_t nan = 0;
-    std::vector<float> all;
-    row.resize(static_cast<size_t>(n->ne[0]));
-    for (int64_t r = 0; r < n->n_rows(); ++r) {
-      const int64_t i1 = r % n->ne[1], i2 = (r / n->ne[1]) % n->ne[2], i3 = r / (n->ne[1] * n->ne[2]);
-      const uint8_t* p = bytes.data() + i1 * n->nb[1] + i2 * n->nb[2] + i3 * n->nb[3];
-      quant::find_traits(n->type)->dequantize ? quant::find_traits(n->type)->dequantize(p, row.data(), n->ne[0])
-                                              : (void)std::memcpy(row.data(), p, row.size() * 4);
-      for (float v : row) {
-        if (std::isnan(v)) { ++nan; continue; }
-        sum += v, sum2 += double(v) * v, mn = std::min(mn, v), mx = std::max(mx, v);
-      }
-      if (!opts_.dump_dir.empty()) all.insert(all.end(), row.begin(), row.end());
+    if (match) KITE_TRY(dump_op(*n, step_no));
+  }
+  return ok_status();
+}
+
+Status Context::dump_op(const Tensor& t, int step_no) {
+  const Tensor* n = &t;
+  KITE_TRY(backend_->synchronize());
+  // Statistics over the tensor as F32 (row by row, any storage type).
+  std::vector<uint8_t> bytes(n->nbytes());
+  KITE_TRY(backend_->download(*n, bytes.data(), bytes.size()));
+  double sum = 0, sum2 = 0;
+  float mn = INFINITY, mx = -INFINITY;
+  int64_t nan = 0;
+  std::vector<float> all;
+  std::vector<float> row(static_cast<size_t>(n->ne[0]));
+  for (int64_t r = 0; r < n->n_rows(); ++r) {
+    const int64_t i1 = r % n->ne[1], i2 = (r / n->ne[1]) % n->ne[2], i3 = r / (n->ne[1] * n->ne[2]);
+    const uint8_t* p = bytes.data() + i1 * n->nb[1] + i2 * n->nb[2] + i3 * n->nb[3];
+    quant::find_traits(n->type)->dequantize ? quant::find_traits(n->type)->dequantize(p, row.data(), n->ne[0])
+                                            : (void)std::memcpy(row.data(), p, row.size() * 4);
+    for (float v : row) {
+      if (std::isnan(v)) { ++nan; continue; }
+      sum += v, sum2 += double(v) * v, mn = std::min(mn, v), mx = std::max(mx, v);
     }
-    const double cnt = static_cast<double>(n->n_elements() - nan);
-    std::fprintf(stderr, "[dump] %-10s %-16s [%lld, %lld, %lld, %lld] mean %+.6f rms %.6f min %+.6f max %+.6f nan %lld\n",
-                 op_name(n->op), n->name.c_str(), static_cast<long long>(n->ne[0]), static_cast<long long>(n->ne[1]),
-                 static_cast<long long>(n->ne[2]), static_cast<long long>(n->ne[3]), cnt > 0 ? sum / cnt : 0.0,
-                 cnt > 0 ? std::sqrt(sum2 / cnt) : 0.0, mn, mx, static_cast<long long>(nan));
-    if (!opts_.dump_dir.empty()) {
-      const std::string path = opts_.dump_dir + "/" + std::to_string(step_no) + "." + n->name + ".f32";
-      if (FILE* f = std::fopen(path.c_str(), "wb")) {
-        std::fwrite(all.data(), sizeof(float), all.size(), f);
-        std::fclose(f);
-      } else {
-        return make_error("--dump-ops: cannot write ", path);
-      }
-    }
+    if (!opts_.dump_dir.empty()) all.insert(all.end(), row.begin(), row.end());
+  }
+  const double cnt = static_cast<double>(n->n_elements() - nan);
+  std::fprintf(stderr, "[dump] %-10s %-16s [%lld, %lld, %lld, %lld] mean %+.6f rms %.6f min %+.6f max %+.6f nan %lld\n",
+               op_name(n->op), n->name.c_str(), static_cast<long long>(n->ne[0]), static_cast<long long>(n->ne[1]),
+               static_cast<long long>(n->ne[2]), static_cast<long long>(n->ne[3]), cnt > 0 ? sum / cnt : 0.0,
+               cnt > 0 ? std::sqrt(sum2 / cnt) : 0.0, mn, mx, static_cast<long long>(nan));
+  if (!opts_.dump_dir.empty()) {
+    const std::string path = opts_.dump_dir + "/" + std::to_string(step_no) + "." + n->name + ".f32";
+    FILE* f = std::fopen(path.c_str(), "wb");
+    if (!f) return make_error("--dump-ops: cannot write ", path);
+    std::fwrite(all.data(), sizeof(float), all.size(), f);
+    std::fclose(f);
   }
   return ok_status();
 }

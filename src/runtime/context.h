@@ -4,6 +4,7 @@
 // Thread-safety: a Context is used by one thread at a time; many Contexts may share a Model.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <span>
@@ -30,6 +31,10 @@ struct ContextOptions {
   // and statistics to stderr, op by op; with dump_dir, also write each as raw F32 (.f32).
   std::string dump_ops;
   std::string dump_dir;
+  // Called after each graph node is computed (the graph then runs op by op, which is slower):
+  // `backend` can download the node or its sources. Used by `kite imatrix` to collect the
+  // activations every weight multiplies. An error stops the step.
+  std::function<Status(const Tensor& node, const Backend& backend)> op_observer;
 };
 
 // One token of a batch: appended at the end of sequence `seq`.
@@ -61,7 +66,8 @@ class Context {
   struct Step;
   Context() = default;
   Result<Step*> step_for(int64_t n_tokens, int64_t n_outputs);
-  Status compute_with_dump(const Graph& g);
+  Status compute_op_by_op(const Graph& g);
+  Status dump_op(const Tensor& n, int step_no);
 
   std::shared_ptr<const Model> model_;
   ContextOptions opts_;
