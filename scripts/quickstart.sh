@@ -4,6 +4,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
 bash scripts/build.sh
-model=models/stories260K-Q8_0.gguf
-echo "== kite run -m $model -p 'Once upon a time' -n 96" >&2
-build/tools/kite run -m "$model" -p "Once upon a time" -n 96 --temp 0.7 --seed 42
+model=models/llama-draft-Q8_0.gguf
+echo "== kite run -m $model -p 'The old prince' -n 96" >&2
+build/tools/kite run -m "$model" -p "The old prince" -n 96 --temp 0.7 --seed 42

@@ -18,8 +18,8 @@ namespace {
 using kite::test::run_kite;
 using kite::test::testdata;
 
-std::string stories_model() {
-  const std::string p = std::string(KITE_SOURCE_DIR) + "/models/stories260K-Q8_0.gguf";
+std::string bundled_model() {
+  const std::string p = std::string(KITE_SOURCE_DIR) + "/models/llama-draft-Q8_0.gguf";
   REQUIRE_MESSAGE(std::filesystem::exists(p), "missing bundled model " << p);
   return p;
 }
@@ -50,19 +50,38 @@ void write(const std::filesystem::path& p, const std::string& text) {
 
 }  // namespace
 
-TEST_CASE("chat: the Done-when script on the bundled model (no template: chatml fallback)") {
-  auto r = run_kite({"chat", "-m", stories_model(), "--temp", "0", "-n", "24"}, "Hello\n/reset\nWho are you?\n");
+TEST_CASE("chat: the Done-when script on the bundled model (its own Llama-3 template)") {
+  auto r = run_kite({"chat", "-m", bundled_model(), "--temp", "0", "-n", "24"}, "Hello\n/reset\nWho are you?\n");
   INFO(r.err);
   REQUIRE(r.exit_code == 0);
-  CHECK(r.err.find("no chat template; using the built-in chatml") != std::string::npos);
+  CHECK(r.err.find("no chat template") == std::string::npos);
   CHECK(r.err.find("conversation cleared") != std::string::npos);
   const auto counts = prompt_counts(r.err);
   REQUIRE(counts.size() == 2);
-  CHECK(counts[0] > 0);
-  CHECK(counts[1] > 0);
+  // After /reset the second prompt holds one turn only: "Who are you?" is one token longer
+  // than "Hello" at most a few tokens, never the first turn plus its reply.
+  CHECK(counts[0] > 5);
+  CHECK(counts[1] > 5);
+  CHECK(counts[1] < counts[0] + 8);
   CHECK(r.out.find("> ") == std::string::npos);  // no prompt marker when stdin is not a terminal
   CHECK(r.out.size() > 10);
   CHECK(r.err.find("t/s") != std::string::npos);
+}
+
+TEST_CASE("chat: a model without a template falls back to chatml, visibly") {
+  auto r = run_kite({"chat", "-m", testdata("gguf/stories260K-Q8_0.gguf"), "--temp", "0", "-n", "16"}, "Hello\n");
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.err.find("no chat template; using the built-in chatml") != std::string::npos);
+  CHECK(prompt_counts(r.err).size() == 1);
+}
+
+TEST_CASE("bundled model: kite convert reproduces models/llama-draft-Q8_0.gguf byte for byte") {
+  const auto out = kite::test::scratch_dir("bundled") / "llama-draft-Q8_0.gguf";
+  auto r = run_kite({"convert", testdata("models/llama-draft"), "--type", "q8_0", "-o", out.string()});
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK(kite::test::read_file(out.string()) == kite::test::read_file(bundled_model()));
 }
 
 TEST_CASE("chat: qwen3-tiny uses its template - history grows and /reset clears it") {
@@ -170,7 +189,7 @@ TEST_CASE("chat: bad usage gives clear messages and the chat goes on") {
   write(dir / "role.json", R"([{"role": "tool", "content": "x"}])");
   const std::string script = "/load " + (dir / "missing.json").string() + "\n/load " + (dir / "bad.json").string() +
                              "\n/load " + (dir / "role.json").string() + "\n/frobnicate\n/save\n/help\nHi\n";
-  auto r = run_kite({"chat", "-m", stories_model(), "--temp", "0", "-n", "8"}, script);
+  auto r = run_kite({"chat", "-m", bundled_model(), "--temp", "0", "-n", "8"}, script);
   INFO(r.err);
   REQUIRE(r.exit_code == 0);
   CHECK(r.err.find("missing.json: cannot open") != std::string::npos);
@@ -181,10 +200,10 @@ TEST_CASE("chat: bad usage gives clear messages and the chat goes on") {
   CHECK(r.out.find("/reset") != std::string::npos);  // /help
   CHECK(prompt_counts(r.err).size() == 1);           // the turn after the errors still ran
 
-  auto t = run_kite({"chat", "-m", stories_model(), "--template", "nope"}, "Hi\n");
+  auto t = run_kite({"chat", "-m", bundled_model(), "--template", "nope"}, "Hi\n");
   CHECK(t.exit_code == 2);
   CHECK(t.err.find("--template nope: neither a built-in template") != std::string::npos);
-  t = run_kite({"chat", "-m", stories_model(), "--template", "llama3", "-n", "4"}, "Hi\n");
+  t = run_kite({"chat", "-m", bundled_model(), "--template", "llama3", "-n", "4"}, "Hi\n");
   CHECK(t.exit_code == 0);
   CHECK(t.err.find("no chat template") == std::string::npos);
   CHECK(prompt_counts(t.err).size() == 1);
