@@ -11,6 +11,7 @@ packages=(
   libpcre2-dev                      # tokenizer pre-tokenizer regexes (Unicode properties)
   unicode-data                      # UnicodeData.txt: BERT normalization tables (generated at build)
   openssl                           # the server's HTTPS test makes a throwaway certificate
+  chromium                          # the chat page test loads / in headless Chromium
 )
 # Node.js and npm run the official `openai` client against `kite serve` in the tests. Any Node >= 18
 # does (Debian 12's nodejs + npm; a machine that already has node and npm keeps its own).
@@ -32,7 +33,10 @@ else
   echo "install-deps: all ${#packages[@]} packages present" >&2
 fi
 
-# The openai npm client, pinned by tests/openai/package-lock.json (from the npm registry).
-if [ ! -d "$(dirname "$0")/../tests/openai/node_modules/openai" ]; then
-  (cd "$(dirname "$0")/../tests/openai" && npm ci --no-audit --no-fund --loglevel=error)
-fi
+# npm packages the tests drive, pinned by their package-lock.json (from the npm registry): the
+# official openai client, and playwright-core (it drives Debian's chromium; it downloads nothing).
+tests="$(dirname "$0")/../tests"
+for pkg in openai/node_modules/openai browser/node_modules/playwright-core; do
+  dir="$tests/${pkg%%/*}"
+  [ -d "$tests/$pkg" ] || (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error)
+done
