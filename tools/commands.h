@@ -28,5 +28,6 @@ void register_chat(CLI::App& app, Action* run);
 void register_perplexity(CLI::App& app, Action* run);
 void register_bench(CLI::App& app, Action* run);
 void register_serve(CLI::App& app, Action* run);
+void register_embed(CLI::App& app, Action* run);
 
 }  // namespace kite::tools

@@ -2,26 +2,36 @@
 // qwen2 adds Q/K/V biases, qwen3 per-head Q/K RMS norms).
 #include "src/model/model.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "src/base/half.h"
 
 namespace kite {
 
-Result<std::shared_ptr<Model>> Model::load(const std::string& path) {
+Result<std::shared_ptr<Model>> Model::load(const std::string& path) { return load(path, LoadOptions{}); }
+
+Result<std::shared_ptr<Model>> Model::load(const std::string& path, const LoadOptions& opts) {
   KITE_ASSIGN_OR_RETURN(auto source, WeightSource::open(path));
-  return from_source(std::move(source));
+  return from_source(std::move(source), opts);
 }
 
-Result<std::shared_ptr<Model>> Model::from_source(std::unique_ptr<WeightSource> source) {
+Result<std::shared_ptr<Model>> Model::from_source(std::unique_ptr<WeightSource> source, const LoadOptions& opts) {
   std::shared_ptr<Model> m(new Model());
   m->source_ = std::move(source);
   KITE_ASSIGN_OR_RETURN(m->hp_, HParams::from(*m->source_));
-  KITE_TRY(m->load_weights());
+  KITE_TRY(m->load_weights(opts));
   return m;
 }
 
+// Every lookup (found or optional and absent) is one step of the load's progress.
 Result<Tensor*> Model::weight(const std::string& name, bool required) {
+  if (load_opts_ != nullptr && load_opts_->progress) {
+    load_done_ = std::min(load_done_ + 1, load_total_);
+    if (!load_opts_->progress(load_done_, load_total_))
+      return make_error(source_->path(), ": loading cancelled (at tensor '", name, "', ", load_done_, " of ",
+                        load_total_, ")");
+  }
   const TensorInfo* info = source_->find_tensor(name);
   if (info == nullptr) {
     if (!required) return static_cast<Tensor*>(nullptr);
@@ -51,8 +61,17 @@ Result<Tensor*> Model::weight(const std::string& name, bool required) {
   return tensors_.back().get();
 }
 
-Status Model::load_weights() {
+Status Model::load_weights(const LoadOptions& opts) {
   const HParams& hp = hp_;
+  // The lookups below: 4 model-wide tensors and 14 per layer.
+  constexpr size_t kGlobalLookups = 4, kLayerLookups = 14;
+  load_opts_ = &opts;
+  load_done_ = 0;
+  load_total_ = kGlobalLookups + kLayerLookups * static_cast<size_t>(std::max<int64_t>(hp.n_layer, 0));
+  struct Reset {
+    const LoadOptions** p;
+    ~Reset() { *p = nullptr; }
+  } reset{&load_opts_};
   KITE_ASSIGN_OR_RETURN(tok_embd_, weight("token_embd.weight"));
   KITE_ASSIGN_OR_RETURN(output_norm_, weight("output_norm.weight"));
   KITE_ASSIGN_OR_RETURN(output_, weight("output.weight", false));
@@ -96,10 +115,13 @@ Status Model::load_weights() {
     KITE_TRY(expect(l.w_up, hp.n_embd, hp.n_ff));
     KITE_TRY(expect(l.w_down, hp.n_ff, hp.n_embd));
   }
+  // Everything is prepared: the last report is always done == total.
+  if (opts.progress && load_done_ < load_total_ && !opts.progress(load_total_, load_total_))
+    return make_error(source_->path(), ": loading cancelled (after the last tensor)");
   return ok_status();
 }
 
-Tensor* Model::build_forward(Graph& g, const ForwardInputs& in, const KvTensors& kv) const {
+Tensor* Model::build_forward(Graph& g, const ForwardInputs& in, const KvTensors& kv, OutputKind kind) const {
   const HParams& hp = hp_;
   const int64_t n = in.tokens->ne[0];
   const int64_t hd = hp.head_dim;
@@ -140,10 +162,14 @@ Tensor* Model::build_forward(Graph& g, const ForwardInputs& in, const KvTensors&
     Tensor* f = nm(g.swiglu(nm(g.mul_mat(l.w_gate, h), il, "gate"), nm(g.mul_mat(l.w_up, h), il, "up")), il, "swiglu");
     x = nm(g.add(x, nm(g.mul_mat(l.w_down, f), il, "ffn_out")), il, "ffn_res");
   }
-  // Only the rows whose logits are wanted go through the final norm and the LM head.
+  // Only the rows whose outputs are wanted go through the final norm and the LM head.
   x = g.get_rows(x, in.out_rows);
   x = g.rms_norm(x, output_norm_, hp.rms_eps);
   x->name = "output_norm";
+  if (kind == OutputKind::kHidden) {  // embeddings: the normed hidden state, no LM head
+    g.build(x);
+    return x;
+  }
   Tensor* logits = g.mul_mat(output_, x);
   logits->name = "logits";
   g.build(logits);

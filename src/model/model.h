@@ -6,6 +6,8 @@
 // them as float rows.
 #pragma once
 
+#include <cstddef>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -43,6 +45,17 @@ struct ForwardInputs {
   Tensor* out_rows = nullptr;     // [n_outputs] token indices whose logits are wanted
 };
 
+// What a forward graph ends in: the LM head's logits [n_vocab, n_outputs], or the final hidden
+// state after the final norm [n_embd, n_outputs] (embeddings; the LM head is skipped).
+enum class OutputKind { kLogits, kHidden };
+
+// Loading options. `progress(done, total)` is called as the weights are prepared (once per
+// tensor looked up, and last with done == total); returning false cancels the load, which then
+// fails with "loading cancelled".
+struct LoadOptions {
+  std::function<bool(size_t done, size_t total)> progress;
+};
+
 // The KV storage a forward pass writes and reads: per layer a K and a V cache tensor
 // [head_dim * n_head_kv, n_slots].
 struct KvTensors {
@@ -54,18 +67,21 @@ struct KvTensors {
 class Model {
  public:
   static Result<std::shared_ptr<Model>> load(const std::string& path);
-  static Result<std::shared_ptr<Model>> from_source(std::unique_ptr<WeightSource> source);
+  static Result<std::shared_ptr<Model>> load(const std::string& path, const LoadOptions& opts);
+  static Result<std::shared_ptr<Model>> from_source(std::unique_ptr<WeightSource> source, const LoadOptions& opts = {});
 
   const HParams& hparams() const { return hp_; }
   const WeightSource& source() const { return *source_; }
 
-  // Builds the forward graph of one batch into `g`; returns the logits [n_vocab, n_outputs].
-  Tensor* build_forward(Graph& g, const ForwardInputs& in, const KvTensors& kv) const;
+  // Builds the forward graph of one batch into `g`; returns the logits [n_vocab, n_outputs], or
+  // with OutputKind::kHidden the normed final hidden state [n_embd, n_outputs].
+  Tensor* build_forward(Graph& g, const ForwardInputs& in, const KvTensors& kv,
+                        OutputKind kind = OutputKind::kLogits) const;
 
  private:
   Model() = default;
   Result<Tensor*> weight(const std::string& name, bool required = true);
-  Status load_weights();
+  Status load_weights(const LoadOptions& opts);
 
   std::unique_ptr<WeightSource> source_;
   HParams hp_;
@@ -76,6 +92,9 @@ class Model {
   Tensor* output_ = nullptr;                         // (n_embd, n_vocab); token_embd when tied
   Tensor* rope_freqs_ = nullptr;                     // (head_dim / 2) llama3 frequency divisors, optional
   std::vector<LayerWeights> layers_;
+  // Load progress (only during load_weights()).
+  const LoadOptions* load_opts_ = nullptr;
+  size_t load_done_ = 0, load_total_ = 0;
 };
 
 }  // namespace kite

@@ -10,7 +10,7 @@ namespace kite {
 struct Context::Step {
   Graph graph;
   ForwardInputs in;
-  Tensor* logits = nullptr;
+  Tensor* out = nullptr;  // logits [n_vocab, n_outputs] or hidden state [n_embd, n_outputs]
   MemoryPlan plan;
 };
 
@@ -34,8 +34,8 @@ Result<std::unique_ptr<Context>> Context::create(std::shared_ptr<const Model> mo
   return c;
 }
 
-Result<Context::Step*> Context::step_for(int64_t n_tokens, int64_t n_outputs) {
-  auto key = std::make_pair(n_tokens, n_outputs);
+Result<Context::Step*> Context::step_for(int64_t n_tokens, int64_t n_outputs, OutputKind kind) {
+  auto key = std::make_tuple(n_tokens, n_outputs, kind);
   auto it = steps_.find(key);
   if (it == steps_.end()) {
     // Continuous batching meets many shapes; keep the cache of built graphs bounded.
@@ -48,7 +48,7 @@ Result<Context::Step*> Context::step_for(int64_t n_tokens, int64_t n_outputs) {
     s->in.kv_slots = g.input(DType::I32, {n_tokens}, "kv_slots");
     s->in.block_table = g.input(DType::I32, {kv_->max_blocks_per_seq(), kv_->n_seqs()}, "block_table");
     s->in.out_rows = g.input(DType::I32, {n_outputs}, "out_rows");
-    s->logits = model_->build_forward(g, s->in, kv_->tensors());
+    s->out = model_->build_forward(g, s->in, kv_->tensors(), kind);
     for (Tensor* n : g.nodes())
       if (!backend_->supports(*n))
         return make_error(backend_->name(), ": op ", op_name(n->op), " on ", n->name, " (",
@@ -65,7 +65,7 @@ Result<Context::Step*> Context::step_for(int64_t n_tokens, int64_t n_outputs) {
   return s;
 }
 
-Status Context::decode(std::span<const BatchToken> batch) {
+Status Context::decode(std::span<const BatchToken> batch, OutputKind kind) {
   if (batch.empty()) return make_error("decode: empty batch");
   const HParams& hp = model_->hparams();
   std::vector<int64_t>& added = added_;
@@ -78,11 +78,11 @@ Status Context::decode(std::span<const BatchToken> batch) {
     ++added[static_cast<size_t>(t.seq)];
     n_out += t.logits ? 1 : 0;
   }
-  if (n_out == 0) n_out = 1;  // the graph always ends in logits; keep the last token's
+  if (n_out == 0) n_out = 1;  // the graph always ends in an output; keep the last token's
   for (int32_t s = 0; s < kv_->n_seqs(); ++s)
     if (added[static_cast<size_t>(s)] > 0) KITE_TRY(kv_->reserve(s, added[static_cast<size_t>(s)]));
 
-  KITE_ASSIGN_OR_RETURN(Step * step, step_for(static_cast<int64_t>(batch.size()), n_out));
+  KITE_ASSIGN_OR_RETURN(Step * step, step_for(static_cast<int64_t>(batch.size()), n_out, kind));
   // Inputs are staged on the host and uploaded, so device backends work the same way.
   const size_t n = batch.size();
   staging_.assign(5 * n + static_cast<size_t>(kv_->max_blocks_per_seq()) * static_cast<size_t>(kv_->n_seqs()), 0);
@@ -123,9 +123,10 @@ Status Context::decode(std::span<const BatchToken> batch) {
   for (const BatchToken& t : batch) kv_->advance(t.seq, std::span<const int32_t>(&t.token, 1));
 
   n_outputs_ = static_cast<size_t>(o);
-  logits_.resize(n_outputs_ * static_cast<size_t>(hp.n_vocab));
-  KITE_TRY(backend_->download(*step->logits, logits_.data(), logits_.size() * sizeof(float)));
-  logits_from_eval_ = false;
+  std::vector<float>& dst = kind == OutputKind::kHidden ? hidden_ : logits_;
+  dst.resize(n_outputs_ * static_cast<size_t>(kind == OutputKind::kHidden ? hp.n_embd : hp.n_vocab));
+  KITE_TRY(backend_->download(*step->out, dst.data(), dst.size() * sizeof(float)));
+  if (kind == OutputKind::kLogits) logits_from_eval_ = false;
   return ok_status();
 }
 
@@ -188,6 +189,11 @@ std::span<const float> Context::logits(size_t i) const {
   const size_t nv = static_cast<size_t>(model_->hparams().n_vocab);
   const std::vector<float>& src = logits_from_eval_ ? all_logits_ : logits_;
   return {src.data() + i * nv, nv};
+}
+
+std::span<const float> Context::hidden(size_t i) const {
+  const size_t ne = static_cast<size_t>(model_->hparams().n_embd);
+  return {hidden_.data() + i * ne, ne};
 }
 
 Status Context::eval(std::span<const int32_t> tokens, int32_t seq, bool all_logits, size_t n_batch) {

@@ -9,6 +9,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "src/core/backend.h"
@@ -41,7 +42,7 @@ struct ContextOptions {
 struct BatchToken {
   int32_t token = 0;
   int32_t seq = 0;
-  bool logits = false;  // keep this token's logits
+  bool logits = false;  // keep this token's output (its logits, or its hidden state with kHidden)
 };
 
 class Context {
@@ -50,9 +51,14 @@ class Context {
   ~Context();
 
   // Runs one model step over `batch`; afterwards logits(i) holds the logits of the i-th token
-  // that asked for them. On error nothing is appended to any sequence.
-  Status decode(std::span<const BatchToken> batch);
+  // that asked for them, or with OutputKind::kHidden hidden(i) its final hidden state after the
+  // final norm (the LM head is skipped). When no token asks, the last one's output is kept.
+  // On error nothing is appended to any sequence.
+  Status decode(std::span<const BatchToken> batch, OutputKind kind = OutputKind::kLogits);
+  // Valid after a kLogits step (or eval()): n_vocab floats.
   std::span<const float> logits(size_t i) const;
+  // Valid after a kHidden step: n_embd floats.
+  std::span<const float> hidden(size_t i) const;
   size_t n_outputs() const { return n_outputs_; }
 
   // Convenience: appends `tokens` to `seq` in chunks of at most `n_batch`; keeps the logits of
@@ -65,7 +71,7 @@ class Context {
  private:
   struct Step;
   Context() = default;
-  Result<Step*> step_for(int64_t n_tokens, int64_t n_outputs);
+  Result<Step*> step_for(int64_t n_tokens, int64_t n_outputs, OutputKind kind);
   Status compute_op_by_op(const Graph& g);
   Status dump_op(const Tensor& n, int step_no);
 
@@ -73,9 +79,10 @@ class Context {
   ContextOptions opts_;
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<KvCache> kv_;
-  std::map<std::pair<int64_t, int64_t>, std::unique_ptr<Step>> steps_;
+  std::map<std::tuple<int64_t, int64_t, OutputKind>, std::unique_ptr<Step>> steps_;  // (tokens, outputs, kind)
   std::unique_ptr<Buffer> arena_;
   std::vector<float> logits_;
+  std::vector<float> hidden_;      // kHidden steps: n_outputs x n_embd
   std::vector<float> all_logits_;  // eval(all_logits): every token's logits
   std::vector<int32_t> staging_;   // step inputs, staged on the host (reused: no allocation per token)
   std::vector<int64_t> added_, next_pos_;

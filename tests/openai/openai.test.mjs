@@ -2,6 +2,8 @@
 // KITE_URL and KITE_API_KEY). Every check looks at the fields a client would use.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 import OpenAI from 'openai';
 
 const baseURL = process.env.KITE_URL + '/v1';
@@ -203,7 +205,7 @@ async function expectError(promise, status, param) {
   });
 }
 
-test('errors: bad fields give 400 naming the field; unknown model 404; bad key 401; embeddings 501', async () => {
+test('errors: bad fields give 400 naming the field; unknown model 404; bad key 401', async () => {
   const model = await modelId();
   await expectError(client.chat.completions.create({ model, messages, temperature: 5 }), 400, 'temperature');
   await expectError(client.chat.completions.create({ model, messages, n: 0 }), 400, 'n');
@@ -217,5 +219,43 @@ test('errors: bad fields give 400 naming the field; unknown model 404; bad key 4
   await expectError(client.models.retrieve('gpt-4o'), 404);
   const bad = new OpenAI({ baseURL, apiKey: 'wrong-key', maxRetries: 0 });
   await expectError(bad.models.list(), 401);
-  await expectError(client.embeddings.create({ model, input: 'hello' }), 501);
+  await expectError(client.embeddings.create({ model, input: '' }), 400, 'input');
+  await expectError(client.embeddings.create({ model, input: 'hello', dimensions: 3 }), 400, 'dimensions');
+  await expectError(client.embeddings.create({ model, input: 'x'.repeat(20000) }), 400, 'input');
+});
+
+function cosine(a, b) {
+  let d = 0, na = 0, nb = 0;
+  for (let i = 0; i < a.length; i++) { d += a[i] * b[i]; na += a[i] * a[i]; nb += b[i] * b[i]; }
+  return d / Math.sqrt(na * nb);
+}
+
+test('embeddings.create: base64 (the client default) and float agree with `kite embed` and transformers', async () => {
+  const model = await modelId();
+  // ctest sets KITE_EXE and KITE_MODEL_DIR (the served model): `kite embed` of the same sentences
+  // and transformers' vectors in reference.json are what the server must agree with.
+  assert.ok(process.env.KITE_EXE && process.env.KITE_MODEL_DIR, 'KITE_EXE and KITE_MODEL_DIR must be set (ctest does)');
+  const dir = process.env.KITE_MODEL_DIR;
+  const ref = JSON.parse(readFileSync(dir + '/reference.json', 'utf8')).embeddings;
+  const input = ref.map((e) => e.text);
+  const cli = JSON.parse(execFileSync(process.env.KITE_EXE, ['embed', '-m', dir, '--json', ...input], { encoding: 'utf8' }));
+  const r = await client.embeddings.create({ model, input });  // the client asks for base64 and decodes it
+  assert.equal(r.object, 'list');
+  assert.equal(r.model, model);
+  assert.equal(r.data.length, input.length);
+  assert.equal(cli.dim, r.data[0].embedding.length);
+  assert.ok(r.usage.prompt_tokens >= input.length * 2);
+  assert.equal(r.usage.total_tokens, r.usage.prompt_tokens);
+  for (let i = 0; i < input.length; i++) {
+    const v = r.data[i].embedding;
+    assert.equal(r.data[i].index, i);
+    assert.equal(r.data[i].object, 'embedding');
+    assert.ok(Math.abs(Math.hypot(...v) - 1) < 1e-5, `norm of ${i}`);
+    assert.ok(cosine(v, ref[i].embedding) > 0.9999, `input ${i} vs transformers`);
+    const maxDiff = Math.max(...v.map((x, k) => Math.abs(x - cli.data[i][k])));
+    assert.ok(maxDiff < 1e-5, `input ${i} vs kite embed: max diff ${maxDiff}`);
+  }
+  const f = await client.embeddings.create({ model, input: input[0], encoding_format: 'float' });
+  assert.equal(f.data.length, 1);
+  assert.ok(f.data[0].embedding.every((x, k) => Math.abs(x - r.data[0].embedding[k]) < 1e-7));
 });

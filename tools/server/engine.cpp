@@ -6,7 +6,31 @@
 #include <fstream>
 #include <sstream>
 
+#include "formats/quant/types.h"
+
 namespace kite::tools::server {
+
+namespace {
+// Wakes the engine thread out of Scheduler::wait_for_work(): the scheduler never hands out this
+// id, and cancel() of an unknown id is ignored apart from waking the engine.
+constexpr uint64_t kWakeId = UINT64_MAX;
+}  // namespace
+
+bool EmbedJob::wait_until(Clock::time_point deadline) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (cv_.wait_until(lock, deadline, [&] { return done_; })) return true;
+  cancelled_.store(true);
+  return false;
+}
+
+void EmbedJob::finish(std::optional<Error> error) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    error_ = std::move(error);
+    done_ = true;
+  }
+  cv_.notify_all();
+}
 
 RequestStream::RequestStream(int32_t n_parts, Metrics* metrics)
     : parts_left_(n_parts), metrics_(metrics), last_token_(static_cast<size_t>(n_parts)) {}
@@ -193,7 +217,10 @@ void Engine::thread_main() {
   publish();
   state_.store(State::kReady, std::memory_order_release);
   while (!stop_.load()) {
+    // One embedding input per turn, then one generation step: neither starves the other.
+    const bool embedded = embed_turn();
     if (scheduler_->idle()) {
+      if (embedded || embeddings_waiting()) continue;
       publish();
       scheduler_->wait_for_work(std::chrono::milliseconds(50));
       continue;
@@ -203,6 +230,7 @@ void Engine::thread_main() {
     publish();
   }
   // Shutting down: whatever is still queued or running ends as cancelled.
+  fail_embeddings(make_error_code(ErrorCode::kBusy, "the server is shutting down"));
   cancel_all();
   for (int i = 0; i < 1000 && !scheduler_->idle(); ++i)
     if (!scheduler_->step()) break;
@@ -266,8 +294,89 @@ void Engine::cancel_all() {
 }
 
 size_t Engine::active() const {
+  size_t n = 0;
+  {
+    std::lock_guard<std::mutex> lock(embed_mu_);
+    n = embed_queue_.size();
+  }
   std::lock_guard<std::mutex> lock(mu_);
-  return active_.size();
+  return n + active_.size();
+}
+
+Status Engine::submit_embeddings(std::shared_ptr<EmbedJob> job) {
+  if (state() != State::kReady) return make_error_code(ErrorCode::kBusy, "the model is not ready");
+  {
+    std::lock_guard<std::mutex> lock(embed_mu_);
+    const size_t limit = static_cast<size_t>(std::max(1, opts_.scheduler.max_queued));
+    if (embed_queue_.size() >= limit)
+      return make_error_code(ErrorCode::kBusy, "too many embedding requests waiting (", embed_queue_.size(),
+                             "); try again later");
+    embed_queue_.push_back(std::move(job));
+  }
+  scheduler_->cancel(kWakeId);
+  return ok_status();
+}
+
+bool Engine::embeddings_waiting() const {
+  std::lock_guard<std::mutex> lock(embed_mu_);
+  return !embed_queue_.empty();
+}
+
+void Engine::fail_embeddings(const Error& e) {
+  std::deque<std::shared_ptr<EmbedJob>> jobs;
+  {
+    std::lock_guard<std::mutex> lock(embed_mu_);
+    jobs.swap(embed_queue_);
+  }
+  for (auto& j : jobs) j->finish(e);
+}
+
+bool Engine::embed_turn() {
+  std::shared_ptr<EmbedJob> job;
+  {
+    std::lock_guard<std::mutex> lock(embed_mu_);
+    if (embed_queue_.empty()) return false;
+    job = embed_queue_.front();  // only this thread pops, so it stays the front
+  }
+  auto pop = [&](std::optional<Error> error) {
+    {
+      std::lock_guard<std::mutex> lock(embed_mu_);
+      embed_queue_.pop_front();
+    }
+    job->finish(std::move(error));
+  };
+  if (job->cancelled_.load()) {
+    pop(make_error("cancelled"));
+    return true;
+  }
+  if (job->next_ >= job->inputs_.size()) {
+    pop(std::nullopt);
+    return true;
+  }
+  if (!embed_ctx_) {
+    ContextOptions co;
+    co.n_threads = opts_.model.threads;
+    co.n_ctx = opts_.model.ctx;
+    co.n_seqs = 1;
+    co.device = opts_.model.device;
+    co.kv_type = quant::find_traits(opts_.model.kv_type)->type;
+    co.prefix_cache = false;
+    auto ctx = Context::create(loaded_.model, co);
+    if (!ctx) {
+      pop(ctx.error().with_context("cannot create the embedding context"));
+      return true;
+    }
+    embed_ctx_ = std::move(*ctx);
+  }
+  const size_t i = job->next_++;
+  auto v = embed(*embed_ctx_, job->inputs_[i], job->options_);
+  if (!v) {
+    pop(job->inputs_.size() > 1 ? v.error().with_context("input " + std::to_string(i)) : v.error());
+    return true;
+  }
+  job->results_.push_back(std::move(*v));
+  if (job->next_ == job->inputs_.size()) pop(std::nullopt);
+  return true;
 }
 
 EngineSnapshot Engine::snapshot() const {

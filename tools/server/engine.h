@@ -5,11 +5,17 @@
 // cache. Handlers call submit()/cancel() (thread-safe in the Scheduler) and wait on their
 // RequestStream, which the engine thread's callbacks fill (they only lock, append and notify).
 // The KV statistics reach other threads through the EngineSnapshot published after each step.
+//
+// Embeddings (/v1/embeddings) run on the engine thread too, between scheduler steps, one input
+// per turn, on a small Context of their own (one sequence, created on first use) over the same
+// shared Model: the scheduler's slots and KV blocks are never touched, and a long list of
+// inputs never stalls the generations for more than one input's forward pass.
 #pragma once
 
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -19,6 +25,7 @@
 #include <vector>
 
 #include "src/runtime/chat_template.h"
+#include "src/runtime/embed.h"
 #include "src/runtime/scheduler.h"
 #include "tools/common.h"
 #include "tools/server/metrics.h"
@@ -59,6 +66,33 @@ class RequestStream {
   std::vector<std::vector<Clock::time_point>> last_token_;  // [part][choice]
 };
 
+// One /v1/embeddings request between its handler and the engine thread.
+class EmbedJob {
+ public:
+  EmbedJob(std::vector<std::vector<int32_t>> inputs, const EmbedOptions& options)
+      : inputs_(std::move(inputs)), options_(options) {}
+
+  // Handler thread: waits until every input is embedded, an error, or `deadline`. true: finished
+  // (then results() or error() hold the outcome); false: timed out, and the job is cancelled.
+  bool wait_until(Clock::time_point deadline);
+  const std::vector<std::vector<float>>& results() const { return results_; }
+  const std::optional<Error>& error() const { return error_; }
+
+ private:
+  friend class Engine;
+  void finish(std::optional<Error> error);
+
+  const std::vector<std::vector<int32_t>> inputs_;
+  const EmbedOptions options_;
+  size_t next_ = 0;                          // engine thread: the next input to embed
+  std::vector<std::vector<float>> results_;  // written by the engine thread before done_
+  std::optional<Error> error_;
+  std::atomic<bool> cancelled_{false};
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;  // guarded by mu_
+};
+
 struct EngineOptions {
   ModelArgs model;
   int32_t parallel = 4;
@@ -87,6 +121,7 @@ class Engine {
   const std::string& model_id() const { return model_id_; }
   const std::string& fingerprint() const { return fingerprint_; }
   int64_t n_ctx() const { return opts_.model.ctx; }
+  int64_t n_embd() const { return loaded_.model->hparams().n_embd; }
   int32_t parallel() const { return opts_.parallel; }
 
   // Submits one Scheduler request per prompt, all feeding `stream` (part i = prompts[i]).
@@ -95,7 +130,9 @@ class Engine {
                                        std::shared_ptr<RequestStream> stream);
   void cancel(const std::vector<uint64_t>& ids);
   void cancel_all();
-  // Requests submitted and not yet done.
+  // Queues an embedding job (kBusy when --max-queue jobs already wait). Thread-safe.
+  Status submit_embeddings(std::shared_ptr<EmbedJob> job);
+  // Requests submitted and not yet done (generations and embedding jobs).
   size_t active() const;
 
   EngineSnapshot snapshot() const;
@@ -104,6 +141,10 @@ class Engine {
   void thread_main();
   Status load_and_warm_up();
   void publish();
+  // Embeds one input of the oldest embedding job; false when there was none.
+  bool embed_turn();
+  bool embeddings_waiting() const;
+  void fail_embeddings(const Error& e);
 
   EngineOptions opts_;
   Metrics* metrics_;
@@ -119,6 +160,10 @@ class Engine {
   std::string failure_;
   EngineSnapshot snapshot_;
   std::set<uint64_t> active_;
+
+  mutable std::mutex embed_mu_;  // guards embed_queue_
+  std::deque<std::shared_ptr<EmbedJob>> embed_queue_;
+  std::unique_ptr<Context> embed_ctx_;  // engine thread only; created on the first job
 };
 
 }  // namespace kite::tools::server

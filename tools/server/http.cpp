@@ -195,7 +195,9 @@ void HttpServer::add_routes() {
   s.Get(R"(/v1/models/(.+))", simple);
   s.Post("/tokenize", simple);
   s.Post("/detokenize", simple);
-  s.Post("/v1/embeddings", simple);
+  s.Post("/v1/embeddings", [this](const httplib::Request& req, httplib::Response& res) {
+    handle_embeddings(hc_, req, res);
+  });
   s.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
     handle_generate(hc_, Endpoint::kChat, req, res);
   });
@@ -230,10 +232,6 @@ void HttpServer::handle_simple(const httplib::Request& req, httplib::Response& r
   }
   if (!ready) {
     send_error(res, make_api_error(503, "the model is still loading", "model_loading"));
-    return;
-  }
-  if (req.path == "/v1/embeddings") {
-    send_error(res, make_api_error(501, "embeddings are not supported by this build yet", "not_implemented"));
     return;
   }
   const Tokenizer& tok = engine_->tokenizer();

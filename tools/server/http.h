@@ -42,6 +42,9 @@ struct HandlerContext {
 void handle_generate(const HandlerContext& hc, Endpoint endpoint, const httplib::Request& req,
                      httplib::Response& res);
 
+// POST /v1/embeddings (embeddings.cpp).
+void handle_embeddings(const HandlerContext& hc, const httplib::Request& req, httplib::Response& res);
+
 // The embedded chat page (chat_page.cpp).
 const char* chat_page_html();
 

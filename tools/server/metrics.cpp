@@ -47,6 +47,12 @@ void Metrics::add_tokens(int64_t prompt, int64_t completion, int64_t cached) {
   cached_tokens_ += cached;
 }
 
+void Metrics::add_embeddings(int64_t inputs, int64_t tokens) {
+  std::lock_guard<std::mutex> lock(mu_);
+  embedding_inputs_ += inputs;
+  embedding_tokens_ += tokens;
+}
+
 void Metrics::observe_ttft(double s) {
   std::lock_guard<std::mutex> lock(mu_);
   ttft_.observe(s);
@@ -89,6 +95,10 @@ std::string Metrics::render(const EngineSnapshot& e, bool ready) const {
         static_cast<double>(completion_tokens_));
   gauge(&out, "kite_prompt_cached_tokens_total", "Prompt tokens served by the prefix cache.", "counter",
         static_cast<double>(cached_tokens_));
+  gauge(&out, "kite_embedding_inputs_total", "Inputs embedded by /v1/embeddings.", "counter",
+        static_cast<double>(embedding_inputs_));
+  gauge(&out, "kite_embedding_tokens_total", "Tokens of the inputs embedded by /v1/embeddings.", "counter",
+        static_cast<double>(embedding_tokens_));
   gauge(&out, "kite_requests_cancelled_total", "Generations cancelled (client gone, timeout, shutdown).", "counter",
         static_cast<double>(cancelled_));
   ttft_.render(&out, "kite_time_to_first_token_seconds", "Time from submit to the first generated token.");

@@ -41,6 +41,8 @@ class Metrics {
   // One finished HTTP request: its route ("/v1/chat/completions", or "other") and status.
   void count_request(const std::string& route, int status);
   void add_tokens(int64_t prompt, int64_t completion, int64_t cached);
+  // One answered /v1/embeddings request: its inputs and their tokens.
+  void add_embeddings(int64_t inputs, int64_t tokens);
   void observe_ttft(double seconds);
   void observe_inter_token(double seconds);
   void observe_request_latency(double seconds);
@@ -51,6 +53,7 @@ class Metrics {
   mutable std::mutex mu_;
   std::map<std::pair<std::string, int>, uint64_t> requests_;
   int64_t prompt_tokens_ = 0, completion_tokens_ = 0, cached_tokens_ = 0, cancelled_ = 0;
+  int64_t embedding_inputs_ = 0, embedding_tokens_ = 0;
   Histogram ttft_, itl_, latency_;
 };
 

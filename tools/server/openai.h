@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "src/runtime/chat_template.h"
+#include "src/runtime/embed.h"
 #include "src/runtime/scheduler.h"
 
 namespace kite::tools::server {
@@ -57,11 +58,22 @@ struct ModelInfo {
   const ChatTemplate* chat_template = nullptr;
   std::string model_id;
   int64_t n_ctx = 0;
-  int32_t max_n = 1;  // sequence slots: n may not exceed them
+  int32_t max_n = 1;   // sequence slots: n may not exceed them
+  int64_t n_embd = 0;  // embeddings: the vector length
 };
 
 // Parses a /v1/chat/completions or /v1/completions body.
 std::optional<ApiError> parse_request(const Json& body, Endpoint endpoint, const ModelInfo& info, ParsedRequest* out);
+
+// A /v1/embeddings body, validated: one token list per input (strings tokenized with the
+// model's BOS; token-id inputs used as given), each non-empty and within the context.
+struct EmbeddingRequest {
+  std::vector<std::vector<int32_t>> inputs;
+  bool base64 = false;               // encoding_format "base64": little-endian float32, base64
+  Pooling pooling = Pooling::kMean;  // kite extension: "pooling": "mean" | "last" | "cls"
+  int64_t tokens = 0;                // over all inputs (usage)
+};
+std::optional<ApiError> parse_embedding_request(const Json& body, const ModelInfo& info, EmbeddingRequest* out);
 
 // The OpenAI logprobs entry of one token: {"token", "logprob", "bytes", "top_logprobs"} (chat).
 OJson chat_logprob_entry(const Tokenizer& tok, const StreamEvent& e, int32_t n_top);

@@ -12,6 +12,7 @@ namespace {
 
 constexpr size_t kMaxStops = 16;
 constexpr size_t kMaxPrompts = 64;
+constexpr size_t kMaxEmbeddingInputs = 2048;  // OpenAI's limit per request
 constexpr size_t kMaxMessages = 4096;
 constexpr size_t kMaxLogitBias = 1024;
 constexpr int32_t kMaxTopLogprobsChat = 20;
@@ -394,22 +395,113 @@ std::optional<ApiError> parse_prompts(const Json& body, const Tokenizer& tok, Pa
   return std::nullopt;
 }
 
+// The model field: absent, or the served model (404 otherwise).
+std::optional<ApiError> check_model(const Json& body, const ModelInfo& info, std::string* out) {
+  const Json* model = field(body, "model");
+  if (!model) return std::nullopt;
+  if (!model->is_string()) return bad("model", std::string("'model' must be a string, got ") + type_name(*model));
+  *out = model->get<std::string>();
+  if (*out == info.model_id) return std::nullopt;
+  ApiError e = bad("model", "The model '" + *out + "' does not exist; this server serves '" + info.model_id + "'");
+  e.status = 404;
+  e.code = "model_not_found";
+  return e;
+}
+
+// One embedding input given as token ids.
+std::optional<ApiError> embedding_ids(const Json& arr, const std::string& where, const Tokenizer& tok,
+                                      std::vector<int32_t>* out) {
+  if (arr.empty()) return bad("input", "'" + where + "' is empty");
+  for (const Json& t : arr) {
+    if (!t.is_number_integer())
+      return bad("input", "'" + where + "' must hold token ids (integers), got " + type_name(t));
+    const int64_t id = t.get<int64_t>();
+    if (id < 0 || id >= tok.n_vocab())
+      return bad("input", "'" + where + "': token " + std::to_string(id) + " is outside the vocabulary [0, " +
+                              std::to_string(tok.n_vocab()) + ")");
+    out->push_back(static_cast<int32_t>(id));
+  }
+  return std::nullopt;
+}
+
+std::optional<ApiError> embedding_inputs(const Json& body, const Tokenizer& tok, EmbeddingRequest* out) {
+  const Json* v = field(body, "input");
+  if (!v) return bad("input", "'input' is required");
+  auto text = [&](const Json& s, const std::string& where) -> std::optional<ApiError> {
+    if (s.get_ref<const std::string&>().empty()) return bad("input", "'" + where + "' is an empty string");
+    out->inputs.push_back(tok.encode(s.get<std::string>()));  // BOS as the model adds it, no special parsing
+    if (out->inputs.back().empty()) return bad("input", "'" + where + "' has no tokens");
+    return std::nullopt;
+  };
+  if (v->is_string()) return text(*v, "input");
+  if (!v->is_array())
+    return bad("input", std::string("'input' must be a string, an array of strings, an array of token ids or an "
+                                    "array of token-id arrays, got ") + type_name(*v));
+  if (v->empty()) return bad("input", "'input' is an empty array");
+  if (v->front().is_number()) {  // one input as token ids
+    out->inputs.emplace_back();
+    return embedding_ids(*v, "input", tok, &out->inputs.back());
+  }
+  if (v->size() > kMaxEmbeddingInputs)
+    return bad("input", "'input' may hold at most " + std::to_string(kMaxEmbeddingInputs) + " inputs, got " +
+                            std::to_string(v->size()));
+  for (size_t i = 0; i < v->size(); ++i) {
+    const Json& p = (*v)[i];
+    const std::string where = "input[" + std::to_string(i) + "]";
+    if (p.is_string()) {
+      KITE_API_TRY(text(p, where));
+    } else if (p.is_array()) {
+      out->inputs.emplace_back();
+      KITE_API_TRY(embedding_ids(p, where, tok, &out->inputs.back()));
+    } else {
+      return bad("input", "'" + where + "' must be a string or an array of token ids, got " + type_name(p));
+    }
+  }
+  return std::nullopt;
+}
+
 }  // namespace
+
+std::optional<ApiError> parse_embedding_request(const Json& body, const ModelInfo& info, EmbeddingRequest* out) {
+  if (!body.is_object()) return bad("", std::string("the request body must be a JSON object, got ") + type_name(body));
+  std::string model;
+  KITE_API_TRY(check_model(body, info, &model));
+  if (const Json* f = field(body, "encoding_format")) {
+    if (!f->is_string() || (f->get<std::string>() != "float" && f->get<std::string>() != "base64"))
+      return bad("encoding_format", "'encoding_format' must be 'float' or 'base64', got " + f->dump());
+    out->base64 = f->get<std::string>() == "base64";
+  }
+  // Embeddings are not shortened: this model's vectors have exactly n_embd dimensions.
+  int64_t dims = 0;
+  KITE_API_TRY(get_int(body, "dimensions", 1, INT64_MAX, &dims));
+  if (field(body, "dimensions") && dims != info.n_embd)
+    return bad("dimensions", "'dimensions' must be " + std::to_string(info.n_embd) +
+                                 " (this model's embedding size; kite does not shorten embeddings), got " +
+                                 std::to_string(dims));
+  if (const Json* p = field(body, "pooling")) {
+    auto pooling = p->is_string() ? parse_pooling(p->get<std::string>()) : Result<Pooling>(make_error("not a string"));
+    if (!pooling) return bad("pooling", "'pooling' must be 'mean', 'last' or 'cls', got " + p->dump());
+    out->pooling = *pooling;
+  }
+  KITE_API_TRY(embedding_inputs(body, *info.tokenizer, out));
+  for (size_t i = 0; i < out->inputs.size(); ++i) {
+    const int64_t n = static_cast<int64_t>(out->inputs[i].size());
+    if (n > info.n_ctx) {
+      ApiError e = bad("input", "'" + (out->inputs.size() > 1 ? "input[" + std::to_string(i) + "]" : std::string("input")) +
+                                    "' has " + std::to_string(n) + " tokens, more than the context's " +
+                                    std::to_string(info.n_ctx));
+      e.code = "context_length_exceeded";
+      return e;
+    }
+    out->tokens += n;
+  }
+  return std::nullopt;
+}
 
 std::optional<ApiError> parse_request(const Json& body, Endpoint endpoint, const ModelInfo& info, ParsedRequest* out) {
   if (!body.is_object()) return bad("", std::string("the request body must be a JSON object, got ") + type_name(body));
   out->endpoint = endpoint;
-  const Json* model = field(body, "model");
-  if (model && !model->is_string()) return bad("model", std::string("'model' must be a string, got ") + type_name(*model));
-  if (model) {
-    out->model = model->get<std::string>();
-    if (out->model != info.model_id) {
-      ApiError e = bad("model", "The model '" + out->model + "' does not exist; this server serves '" + info.model_id + "'");
-      e.status = 404;
-      e.code = "model_not_found";
-      return e;
-    }
-  }
+  KITE_API_TRY(check_model(body, info, &out->model));
   KITE_API_TRY(get_bool(body, "stream", &out->stream));
   if (const Json* so = field(body, "stream_options")) {
     if (!so->is_object()) return bad("stream_options", "'stream_options' must be an object");
