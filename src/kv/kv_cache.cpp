@@ -179,4 +179,50 @@ void KvCache::fill_block_table(int32_t* out) const {
     for (size_t b = 0; b < seqs_[s].blocks.size(); ++b) out[s * static_cast<size_t>(max_blocks_) + b] = seqs_[s].blocks[b];
 }
 
+size_t KvCache::seq_state_bytes(int32_t seq) const {
+  return storage_.size() * row_bytes_ * static_cast<size_t>(seq_len(seq));
+}
+
+Status KvCache::read_seq(int32_t seq, std::span<uint8_t> out) const {
+  if (out.size() != seq_state_bytes(seq))
+    return make_error("KV state of sequence ", seq, ": buffer has ", out.size(), " bytes, expected ", seq_state_bytes(seq));
+  const Seq& s = seqs_[static_cast<size_t>(seq)];
+  const int64_t bs = opts_.block_size;
+  uint8_t* dst = out.data();
+  for (const Tensor& t : storage_) {
+    for (int64_t pos = 0; pos < s.len; pos += bs) {  // a block's positions are contiguous rows
+      const size_t rows = static_cast<size_t>(std::min<int64_t>(bs, s.len - pos));
+      const size_t offset = static_cast<size_t>(slot(seq, pos)) * row_bytes_;
+      KITE_TRY(backend_->download(t, dst, rows * row_bytes_, offset));
+      dst += rows * row_bytes_;
+    }
+  }
+  return ok_status();
+}
+
+Status KvCache::write_seq(int32_t seq, std::span<const int32_t> tokens, std::span<const uint8_t> bytes) {
+  const Seq& s = seqs_[static_cast<size_t>(seq)];
+  if (s.len != 0 || !s.blocks.empty()) return make_error("KV state: sequence ", seq, " is not empty");
+  const size_t expected = storage_.size() * row_bytes_ * tokens.size();
+  if (bytes.size() != expected)
+    return make_error("KV state: ", bytes.size(), " bytes for ", tokens.size(), " tokens, expected ", expected);
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  KITE_TRY(reserve(seq, n));
+  const int64_t bs = opts_.block_size;
+  const uint8_t* src = bytes.data();
+  for (const Tensor& t : storage_) {
+    for (int64_t pos = 0; pos < n; pos += bs) {
+      const size_t rows = static_cast<size_t>(std::min<int64_t>(bs, n - pos));
+      const size_t offset = static_cast<size_t>(slot(seq, pos)) * row_bytes_;
+      if (auto st = backend_->upload(t, src, rows * row_bytes_, offset); !st) {
+        clear(seq);
+        return st;
+      }
+      src += rows * row_bytes_;
+    }
+  }
+  advance(seq, tokens);
+  return ok_status();
+}
+
 }  // namespace kite

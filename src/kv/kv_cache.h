@@ -82,6 +82,19 @@ class KvCache {
 
   const KvTensors& tensors() const { return tensors_; }
 
+  // Saving and restoring a sequence (sessions): its K/V bytes for positions 0..len-1, tensor by
+  // tensor (layer 0 K, layer 0 V, layer 1 K, ...), position by position, row_bytes() each.
+  size_t row_bytes() const { return row_bytes_; }
+  // The tokens positions 0..len-1 of `seq` hold.
+  std::span<const int32_t> seq_tokens(int32_t seq) const { return seqs_[static_cast<size_t>(seq)].tokens; }
+  size_t seq_state_bytes(int32_t seq) const;
+  // Copies the bytes of `seq` into `out` (exactly seq_state_bytes(seq) bytes).
+  Status read_seq(int32_t seq, std::span<uint8_t> out) const;
+  // Fills the empty `seq` with `tokens` and the bytes read_seq wrote for them (same model and KV
+  // type); full blocks are published in the prefix cache as if they had been computed. An error
+  // (the context or the pool is full, a size mismatch) leaves `seq` empty.
+  Status write_seq(int32_t seq, std::span<const int32_t> tokens, std::span<const uint8_t> bytes);
+
  private:
   struct Seq {
     std::vector<int32_t> blocks;
