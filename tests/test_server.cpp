@@ -258,6 +258,67 @@ TEST_CASE("serve: 32 parallel streaming greedy requests each equal the request a
   CHECK(srv.stop() == 0);
 }
 
+TEST_CASE("serve: --draft speculates and streamed greedy output equals the plain server's") {
+  const int kRequests = 8;
+  auto request = [](int i) {
+    return json{{"prompt", "First Citizen:\nBefore we proceed any further, hear me speak. " + std::to_string(i)},
+                {"max_tokens", 24},
+                {"temperature", 0},
+                {"ignore_eos", true},
+                {"stream", true}};
+  };
+  std::vector<std::string> plain(kRequests);
+  {
+    ServerProcess srv(serve_args({"--parallel", "8"}));
+    REQUIRE_MESSAGE(srv.ok(), srv.log());
+    httplib::Client c("127.0.0.1", srv.port());
+    for (int i = 0; i < kRequests; ++i) {
+      json req = request(i);
+      req["stream"] = false;
+      auto r = post(c, "/v1/completions", req);
+      REQUIRE(r);
+      REQUIRE(r->status == 200);
+      plain[i] = json::parse(r->body)["choices"][0]["text"].get<std::string>();
+    }
+    CHECK(metric(c, "kite_spec_drafted_tokens_total") == 0);
+    CHECK(srv.stop() == 0);
+  }
+  // Fixed-length drafts (no adaptation, no confidence cut) so that the test always speculates.
+  ServerProcess srv(serve_args({"--parallel", "8", "--draft", kite::test::testdata("models/llama-draft"),
+                                "--draft-fixed", "--draft-max", "4", "--draft-p-min", "0"}));
+  REQUIRE_MESSAGE(srv.ok(), srv.log());
+  std::vector<Streamed> got(kRequests);
+  std::vector<int> status(kRequests, 0);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kRequests; ++i)
+    threads.emplace_back([&, i] {
+      httplib::Client c("127.0.0.1", srv.port());
+      auto r = post(c, "/v1/completions", request(i));
+      status[i] = r ? r->status : -1;
+      if (r) got[i] = parse_sse(r->body, false);
+    });
+  for (auto& t : threads) t.join();
+  for (int i = 0; i < kRequests; ++i) {
+    CAPTURE(i);
+    REQUIRE(status[i] == 200);
+    CHECK(got[i].done);
+    CHECK(got[i].text[0] == plain[i]);
+  }
+  httplib::Client c("127.0.0.1", srv.port());
+  const double drafted = metric(c, "kite_spec_drafted_tokens_total");
+  const double accepted = metric(c, "kite_spec_accepted_tokens_total");
+  CHECK(drafted > 0);
+  CHECK(accepted > 0);
+  CHECK(accepted <= drafted);
+  CHECK(metric(c, "kite_kv_blocks_used") == 0);
+  CHECK(srv.stop() == 0);
+
+  // A draft whose vocabulary differs from the target's is refused at startup, naming both sizes.
+  ServerProcess bad(serve_args({"--draft", kite::test::testdata("gguf/stories260K.gguf")}));
+  CHECK_FALSE(bad.ok());
+  CHECK(bad.log().find("its vocabulary has 512 tokens, the model's 4096") != std::string::npos);
+}
+
 TEST_CASE("serve: a client that disconnects mid-stream has its generation cancelled and blocks freed") {
   ServerProcess srv(serve_args({"--parallel", "2"}, "2048"));
   REQUIRE_MESSAGE(srv.ok(), srv.log());

@@ -2,9 +2,11 @@
 // achieved bandwidth of generation against this machine's measured read bandwidth.
 //   kite bench -m MODEL [-p 512] [-n 128] [-r 3] [-t N]
 //   kite bench --synthetic llama-1b --type q4_K [--write-gguf OUT.gguf]
+//   kite bench -m MODEL --parallel 1,4,16 [--text FILE] [--spec ngram | --draft MODEL] [--temp T]
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <fstream>
 #include <iostream>
 #include <numeric>
 #include <random>
@@ -30,6 +32,9 @@ struct BenchArgs {
   int threads = 0;
   bool json = false;
   std::vector<int> parallel;  // batched mode: concurrent sequences per run (llama-batched-bench's -npl)
+  std::string text;           // batched mode: prompts cut from this text instead of random tokens
+  float temperature = 0.f;    // batched mode: sampling temperature (0: greedy)
+  SpecArgs spec;              // batched mode: speculative decoding
 };
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
@@ -72,9 +77,19 @@ double median(std::vector<double> v) {
 // B sequences with distinct random prompts of n_prompt tokens each generate n_gen tokens.
 // Prefill and decode overlap in continuous batching, so the prompt phase ends when the last
 // sequence has its first token; S_TG counts the tokens generated after that point.
-int run_batched(const BenchArgs& a, const std::shared_ptr<const Model>& model, uint64_t decode_bytes, int threads) {
-  std::printf("|    B |   PP |   TG | T_PP s | S_PP t/s | T_TG s | S_TG t/s | S_TG/B=1 |\n");
-  std::printf("|-----:|-----:|-----:|-------:|---------:|-------:|---------:|---------:|\n");
+// With --text, prompt i is n_prompt tokens of the text starting at a different place for each i.
+int run_batched(const BenchArgs& a, const std::shared_ptr<const Model>& model, const std::vector<int32_t>& text,
+                uint64_t decode_bytes, int threads) {
+  auto spec = speculative_options(a.spec);
+  if (!spec) {
+    std::cerr << "kite bench: " << spec.error().message << "\n";
+    return kExitUsage;
+  }
+  const bool speculating = spec->mode != SpecMode::kNone;
+  std::printf("|    B |   PP |   TG | T_PP s | S_PP t/s | T_TG s | S_TG t/s | S_TG/B=1 |%s\n",
+              speculating ? " drafted | accepted |" : "");
+  std::printf("|-----:|-----:|-----:|-------:|---------:|-------:|---------:|---------:|%s\n",
+              speculating ? "--------:|---------:|" : "");
   std::mt19937 rng(11);
   std::uniform_int_distribution<int32_t> tok(3, static_cast<int32_t>(model->hparams().n_vocab - 1));
   double single = 0;
@@ -89,15 +104,38 @@ int run_batched(const BenchArgs& a, const std::shared_ptr<const Model>& model, u
       std::cerr << "kite bench: " << ctx.error().message << "\n";
       return kExitFailure;
     }
-    Scheduler sched(**ctx, nullptr);
+    ModelArgs margs;
+    margs.threads = a.threads;
+    margs.ctx = opts.n_ctx;
+    margs.no_prefix_cache = true;
+    auto draft = load_draft(a.spec, margs, *model, b);
+    if (!draft) {
+      std::cerr << "kite bench: " << draft.error().message << "\n";
+      return kExitFailure;
+    }
+    SchedulerOptions so;
+    so.speculative = *spec;
+    if (auto st = Scheduler::check_speculative(so, **ctx, draft->get()); !st) {
+      std::cerr << "kite bench: " << st.error().message << "\n";
+      return kExitUsage;
+    }
+    Scheduler sched(**ctx, nullptr, so, draft->get());
     using Clock = std::chrono::steady_clock;
     std::vector<Clock::time_point> first(static_cast<size_t>(b)), events;
     std::vector<bool> started(static_cast<size_t>(b), false);
     for (int i = 0; i < b; ++i) {
       Request r;
       r.prompt.resize(static_cast<size_t>(std::max(1, a.n_prompt)));
-      for (auto& t : r.prompt) t = tok(rng);
-      r.params.sampling.temperature = 0;
+      if (text.size() > r.prompt.size()) {
+        const size_t span = text.size() - r.prompt.size();
+        const size_t start = static_cast<size_t>(i) * 7919 % span;
+        std::copy(text.begin() + static_cast<ptrdiff_t>(start), text.begin() + static_cast<ptrdiff_t>(start + r.prompt.size()),
+                  r.prompt.begin());
+      } else {
+        for (auto& t : r.prompt) t = tok(rng);
+      }
+      r.params.sampling.temperature = a.temperature;
+      r.params.sampling.seed = static_cast<uint64_t>(i) + 1;
       r.params.max_tokens = a.n_gen;
       r.params.ignore_eos = true;
       r.on_event = [&, i](const StreamEvent& e) {
@@ -122,8 +160,13 @@ int run_batched(const BenchArgs& a, const std::shared_ptr<const Model>& model, u
     const double ttg = std::chrono::duration<double>(t_end - t_pp).count();
     const double stg = ttg > 0 ? static_cast<double>(after) / ttg : 0;
     if (b == a.parallel.front()) single = stg / b;
-    std::printf("| %4d | %4d | %4d | %6.2f | %8.1f | %6.2f | %8.1f | %7.2fx |\n", b, a.n_prompt, a.n_gen, tpp,
+    std::printf("| %4d | %4d | %4d | %6.2f | %8.1f | %6.2f | %8.1f | %7.2fx |", b, a.n_prompt, a.n_gen, tpp,
                 static_cast<double>(b) * a.n_prompt / tpp, ttg, stg, single > 0 ? stg / single : 0);
+    const SchedulerStats st = sched.stats();
+    if (speculating) std::printf(" %7lld | %7.1f%% |", static_cast<long long>(st.drafted),
+                                 st.drafted > 0 ? 100.0 * static_cast<double>(st.accepted) / static_cast<double>(st.drafted) : 0.0);
+    std::printf("\n");
+    print_speculative_stats("kite bench", spec->mode, st);
     std::fflush(stdout);
   }
   std::printf("(weights read per step: %.2f GB; %d threads; S_TG/B=1 is relative to the first B's per-sequence rate)\n",
@@ -172,13 +215,24 @@ int run_bench(const BenchArgs& a) {
     if (t.name != "token_embd.weight" || source->find_tensor("output.weight") == nullptr) decode_bytes += t.nbytes;
   }
   const std::string name = source->path();
+  std::vector<int32_t> text;
+  if (!a.text.empty()) {
+    auto tk = Tokenizer::load(source->metadata());
+    if (!tk) {
+      std::cerr << "kite bench: " << tk.error().message << "\n";
+      return kExitFailure;
+    }
+    std::ifstream f(a.text, std::ios::binary);
+    const std::string s((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    text = (*tk)->encode(s);
+  }
   auto model = Model::from_source(std::move(source));
   if (!model) {
     std::cerr << "kite bench: " << model.error().message << "\n";
     return kExitFailure;
   }
   const int threads = a.threads > 0 ? a.threads : cpu::ThreadPool::physical_cores();
-  if (!a.parallel.empty()) return run_batched(a, *model, decode_bytes, threads);
+  if (!a.parallel.empty()) return run_batched(a, *model, text, decode_bytes, threads);
   ContextOptions opts;
   opts.n_threads = a.threads;
   opts.n_ctx = std::max(16, a.n_prompt + a.n_gen);
@@ -257,6 +311,11 @@ void register_bench(CLI::App& app, Action* run) {
                   "Batched mode: concurrent sequences through the scheduler, e.g. 1,4,16,64 (llama-batched-bench's -npl)")
       ->delimiter(',')
       ->check(CLI::PositiveNumber);
+  cmd->add_option("--text", a->text, "Batched mode: prompts cut from this text file (default: random tokens)")
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--temp", a->temperature, "Batched mode: sampling temperature (default 0: greedy)")
+      ->check(CLI::NonNegativeNumber);
+  add_speculative_flags(cmd, &a->spec);
   cmd->callback([run, a, cmd] {
     *run = [a, cmd] {
       if (a->model.empty() && a->synthetic.empty()) {

@@ -1,5 +1,6 @@
 // kite run -m MODEL -p PROMPT [-p PROMPT ...] [--prompts-file F] [-n N] [sampling flags]
 //          [--json-schema FILE | --grammar FILE] [--stop S ...] [--parallel N]
+//          [--draft MODEL | --spec ngram] [--draft-max N] [--draft-p-min P] [--draft-fixed]
 //
 // One prompt: the continuation streams to stdout after the prompt. Several prompts (or --jsonl):
 // they run concurrently through the scheduler and each completion is printed as one JSON line,
@@ -20,6 +21,7 @@ namespace {
 struct RunArgs {
   ModelArgs model;
   SamplerParams sampling;
+  SpecArgs spec;
   std::vector<std::string> prompts;
   std::string prompts_file;
   std::vector<std::string> stop;
@@ -112,7 +114,22 @@ int run_run(RunArgs a) {
   SchedulerOptions so;
   so.max_batch_tokens = a.batch;
   so.max_queued = static_cast<int32_t>(a.prompts.size());
-  Scheduler sched(*l.ctx, l.tokenizer, so);
+  auto spec = speculative_options(a.spec);
+  if (!spec) {
+    std::cerr << "kite run: " << spec.error().message << "\n";
+    return kExitUsage;
+  }
+  so.speculative = *spec;
+  auto draft = load_draft(a.spec, a.model, *l.model, slots);
+  if (!draft) {
+    std::cerr << "kite run: " << draft.error().message << "\n";
+    return kExitFailure;
+  }
+  if (auto st = Scheduler::check_speculative(so, *l.ctx, draft->get()); !st) {
+    std::cerr << "kite run: " << st.error().message << "\n";
+    return kExitUsage;
+  }
+  Scheduler sched(*l.ctx, l.tokenizer, so, draft->get());
 
   EncodeOptions eo;
   eo.add_special = !a.no_bos;
@@ -191,6 +208,7 @@ int run_run(RunArgs a) {
   std::fprintf(stderr, "kite run: %zu prompt(s), prompt %lld tokens in %.3f s (%.1f t/s), generated %lld tokens in %.3f s (%.1f t/s)\n",
                a.prompts.size(), static_cast<long long>(total_prompt), pp, pp > 0 ? total_prompt / pp : 0.0,
                static_cast<long long>(total_generated), tg, tg > 0 ? total_generated / tg : 0.0);
+  print_speculative_stats("kite run", so.speculative.mode, sched.stats());
   for (const Completion& c : done)
     if (c.reason == FinishReason::kError) return kExitFailure;
   return kExitOk;
@@ -204,6 +222,7 @@ void register_run(CLI::App& app, Action* run) {
   a->sampling.seed = static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
   add_model_flags(cmd, &a->model);
   add_sampling_flags(cmd, &a->sampling);
+  add_speculative_flags(cmd, &a->spec);
   cmd->add_option("-p,--prompt", a->prompts, "A prompt (repeat for several, run concurrently)");
   cmd->add_option("--prompts-file", a->prompts_file, "Prompts, one JSON string per line")->check(CLI::ExistingFile);
   cmd->add_option("-n,--n-predict", a->n_predict, "Tokens to generate at most per prompt")->check(CLI::NonNegativeNumber);

@@ -27,6 +27,7 @@ struct ServeArgs {
   double grace_s = 10;
   std::string template_name;
   std::string max_body = "8M";
+  SpecArgs spec;
 };
 
 int run_serve(ServeArgs a) {
@@ -56,6 +57,7 @@ int run_serve(ServeArgs a) {
   eo.scheduler.max_batch_tokens = a.batch;
   eo.scheduler.max_queued = a.max_queue;
   eo.template_name = a.template_name;
+  eo.spec = a.spec;
   server::Engine engine(eo, &metrics);
   server::HttpServer http(&engine, &metrics, a.http);
   if (auto st = http.bind(); !st) {
@@ -115,6 +117,7 @@ void register_serve(CLI::App& app, Action* run) {
   auto* cmd = app.add_subcommand("serve", "Serve the model over an OpenAI-compatible HTTP API");
   auto a = std::make_shared<ServeArgs>();
   add_model_flags(cmd, &a->model);
+  add_speculative_flags(cmd, &a->spec);
   cmd->add_option("--host", a->http.host, "Address to listen on");
   cmd->add_option("--port", a->http.port, "Port to listen on (0: any free port, printed on stderr)")
       ->check(CLI::Range(0, 65535));

@@ -57,6 +57,67 @@ Result<Loaded> load_model(const ModelArgs& a, int32_t n_seqs) {
   return l;
 }
 
+void add_speculative_flags(CLI::App* cmd, SpecArgs* a) {
+  cmd->add_option("--draft", a->draft, "Draft model for speculative decoding (GGUF or HF folder, same vocabulary)");
+  cmd->add_option("--spec", a->mode, "Speculative decoding: none, draft (needs --draft) or ngram (prompt lookup)")
+      ->check(CLI::IsMember({"none", "draft", "ngram"}));
+  cmd->add_option("--draft-max", a->draft_max, "Proposals per sequence and step at most")->check(CLI::Range(1, 64));
+  cmd->add_option("--draft-p-min", a->p_min, "Stop drafting when the draft's top probability is below this")
+      ->check(CLI::Range(0.0, 1.0));
+  cmd->add_flag("--draft-fixed", a->fixed, "Always draft --draft-max tokens (no adaptive length)");
+}
+
+Result<SpeculativeOptions> speculative_options(const SpecArgs& a) {
+  SpeculativeOptions so;
+  const std::string mode = a.mode.empty() ? (a.draft.empty() ? "none" : "draft") : a.mode;
+  KITE_ASSIGN_OR_RETURN(so.mode, parse_spec_mode(mode));
+  if (so.mode == SpecMode::kDraft && a.draft.empty()) return make_error("--spec draft needs --draft MODEL");
+  so.max_draft = a.draft_max;
+  so.p_min = a.p_min;
+  so.adaptive = !a.fixed;
+  if (auto st = so.validate(); !st) return make_error("speculative options: ", st.error().message);
+  return so;
+}
+
+Result<std::unique_ptr<Context>> load_draft(const SpecArgs& a, const ModelArgs& target_args, const Model& target,
+                                            int32_t n_seqs) {
+  KITE_ASSIGN_OR_RETURN(const SpeculativeOptions so, speculative_options(a));
+  if (so.mode != SpecMode::kDraft) return std::unique_ptr<Context>();
+  auto source = WeightSource::open(a.draft);
+  if (!source) return source.error().with_context("--draft " + a.draft);
+  // Proposals are token ids: the draft must spell every id the way the target does.
+  auto draft_tok = Tokenizer::load((*source)->metadata());
+  if (!draft_tok) return draft_tok.error().with_context("--draft " + a.draft);
+  auto target_tok = Tokenizer::load(target.source().metadata());
+  if (!target_tok) return target_tok.error().with_context("--draft: the model's tokenizer");
+  if ((*draft_tok)->n_vocab() != (*target_tok)->n_vocab())
+    return make_error("--draft ", a.draft, ": its vocabulary has ", (*draft_tok)->n_vocab(), " tokens, the model's ",
+                      (*target_tok)->n_vocab());
+  for (int32_t id = 0; id < (*target_tok)->n_vocab(); ++id)
+    if ((*draft_tok)->token_bytes(id) != (*target_tok)->token_bytes(id))
+      return make_error("--draft ", a.draft, ": not the model's vocabulary (token ", id, " differs)");
+  auto model = Model::from_source(std::move(*source));
+  if (!model) return model.error().with_context("--draft " + a.draft);
+  ContextOptions opts;
+  opts.n_threads = target_args.threads;
+  opts.n_ctx = target_args.ctx;
+  opts.n_seqs = n_seqs;
+  opts.device = target_args.device;
+  opts.kv_type = quant::find_traits(target_args.kv_type)->type;
+  opts.prefix_cache = !target_args.no_prefix_cache;
+  auto ctx = Context::create(std::move(*model), opts);
+  if (!ctx) return ctx.error().with_context("--draft " + a.draft);
+  return std::move(*ctx);
+}
+
+void print_speculative_stats(const char* cmd, SpecMode mode, const SchedulerStats& st) {
+  if (mode == SpecMode::kNone) return;
+  std::fprintf(stderr, "%s: speculative (%s): drafted %lld, accepted %lld (%.1f%%), target steps with drafts %lld, draft steps %lld\n",
+               cmd, spec_mode_name(mode), static_cast<long long>(st.drafted), static_cast<long long>(st.accepted),
+               st.drafted > 0 ? 100.0 * static_cast<double>(st.accepted) / static_cast<double>(st.drafted) : 0.0,
+               static_cast<long long>(st.spec_steps), static_cast<long long>(st.draft_steps));
+}
+
 Result<int64_t> parse_size(const std::string& text) {
   size_t used = 0;
   double v = 0;

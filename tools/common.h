@@ -13,6 +13,8 @@
 #include "src/model/model.h"
 #include "src/runtime/context.h"
 #include "src/runtime/sampler.h"
+#include "src/runtime/scheduler.h"
+#include "src/runtime/speculative.h"
 #include "src/runtime/tokenizer.h"
 
 namespace kite::tools {
@@ -44,6 +46,25 @@ struct Loaded {
 
 // Loads model, tokenizer and a context with `n_seqs` sequence slots; an error names what failed.
 Result<Loaded> load_model(const ModelArgs& a, int32_t n_seqs = 1);
+
+// Speculative decoding flags, shared by run, bench, serve and chat.
+struct SpecArgs {
+  std::string draft;     // --draft MODEL (any format)
+  std::string mode;      // --spec none|draft|ngram; empty: draft with --draft, else none
+  int draft_max = 8;     // --draft-max
+  float p_min = 0.75f;   // --draft-p-min
+  bool fixed = false;    // --draft-fixed: always draft --draft-max tokens (no adaptation)
+};
+// --draft, --spec, --draft-max, --draft-p-min, --draft-fixed.
+void add_speculative_flags(CLI::App* cmd, SpecArgs* a);
+// The scheduler's speculative options from the flags; an error names the flag.
+Result<SpeculativeOptions> speculative_options(const SpecArgs& a);
+// The draft model in a context shaped like the target's (threads, ctx, kv type, `n_seqs`
+// slots); null when the mode needs none. Checks it against the target's vocabulary.
+Result<std::unique_ptr<Context>> load_draft(const SpecArgs& a, const ModelArgs& target_args, const Model& target,
+                                            int32_t n_seqs);
+// "kite CMD: speculative (draft): drafted N, accepted M (R%), draft steps S" on stderr.
+void print_speculative_stats(const char* cmd, SpecMode mode, const SchedulerStats& st);
 
 // "1.5G", "512M", "64K", "1000" (bytes) -> bytes; an error names the text.
 Result<int64_t> parse_size(const std::string& text);

@@ -247,7 +247,7 @@ void Sampler::compute_logprobs(std::span<const float> logits) {
   for (const Candidate& c : logprob_heap_) top_logprobs_.push_back({c.second, static_cast<float>(c.first - log_z_)});
 }
 
-int32_t Sampler::sample_chain(std::span<const float> logits) {
+float Sampler::filter_candidates(std::span<const float> logits) {
   const size_t n = logits.size();
   const int32_t k = params_.top_k;
   const bool typical = params_.typical_p < 1.f;
@@ -257,7 +257,7 @@ int32_t Sampler::sample_chain(std::span<const float> logits) {
   if (k > 0 && static_cast<size_t>(k) < n) {
     select_top_k(logits, static_cast<size_t>(k), cand_);
     cand_sorted_ = true;
-    if (cand_.empty()) return -1;
+    if (cand_.empty()) return kNegInf;
     max_logit = cand_[0].first;
     for (const Candidate& c : cand_) z += std::exp(c.first - max_logit);
   } else {
@@ -265,7 +265,7 @@ int32_t Sampler::sample_chain(std::span<const float> logits) {
     // maximum, which top-p always keeps, so tokens under its cut can never survive: they are
     // not even listed — but top-p's normalizer still counts them, as it must.
     max_logit = max_allowed(logits);
-    if (max_logit == kNegInf) return -1;
+    if (max_logit == kNegInf) return kNegInf;
     if (top_p && !typical) z = sum_exp(logits, max_logit);
     const float cut = params_.min_p > 0.f && !typical ? max_logit + std::log(params_.min_p) : kNegInf;
     cand_.clear();
@@ -282,7 +282,12 @@ int32_t Sampler::sample_chain(std::span<const float> logits) {
   }
   if (top_p) apply_top_p(max_logit, z);
   if (params_.min_p > 0.f) apply_min_p();
+  return max_logit;
+}
 
+int32_t Sampler::sample_chain(std::span<const float> logits) {
+  const float max_logit = filter_candidates(logits);
+  if (max_logit == kNegInf) return -1;
   // Temperature, then the draw. Every filter keeps the most likely candidate, max_logit.
   const float inv_t = 1.f / params_.temperature;
   probs_.resize(cand_.size());
@@ -295,6 +300,48 @@ int32_t Sampler::sample_chain(std::span<const float> logits) {
     if (u < acc) return cand_[i].second;
   }
   return cand_.back().second;  // rounding: u landed at the very end
+}
+
+bool Sampler::distribution_in_place(std::span<float> logits, std::vector<TokenProb>& out) {
+  out.clear();
+  apply_penalties_and_bias(logits);
+  top_logprobs_.clear();
+  chosen_logprob_ = kNaN;
+  if (params_.n_logprobs > 0) compute_logprobs(logits);
+  if (params_.temperature <= 0.f) {
+    const int32_t t = argmax(logits);
+    if (t < 0) return false;
+    out.push_back({t, 1.f});
+    return true;
+  }
+  const float max_logit = filter_candidates(logits);
+  if (max_logit == kNegInf) return false;
+  // The same arithmetic as sample_chain(), so a draw from `out` matches a draw there.
+  const float inv_t = 1.f / params_.temperature;
+  double total = 0.0;
+  probs_.resize(cand_.size());
+  for (size_t i = 0; i < cand_.size(); ++i) total += probs_[i] = std::exp((cand_[i].first - max_logit) * inv_t);
+  out.reserve(cand_.size());
+  for (size_t i = 0; i < cand_.size(); ++i) out.push_back({cand_[i].second, static_cast<float>(probs_[i] / total)});
+  return true;
+}
+
+void Sampler::set_chosen(int32_t token, std::span<const float> logits) {
+  if (params_.n_logprobs > 0 && token >= 0 && static_cast<size_t>(token) < logits.size())
+    chosen_logprob_ = static_cast<float>(logits[static_cast<size_t>(token)] - log_z_);
+}
+
+int32_t draw_from(std::span<const TokenProb> dist, double u) {
+  if (dist.empty()) return -1;
+  double total = 0.0;
+  for (const TokenProb& p : dist) total += p.prob;
+  const double target = u * total;
+  double acc = 0.0;
+  for (const TokenProb& p : dist) {
+    acc += p.prob;
+    if (target < acc) return p.token;
+  }
+  return dist.back().token;  // rounding: u landed at the very end
 }
 
 // Locally typical sampling (Meister et al.): keep the tokens whose surprisal is closest to the

@@ -68,6 +68,16 @@ struct TokenLogprob {
   float logprob = 0.f;
 };
 
+// One entry of a sparse probability distribution over the vocabulary.
+struct TokenProb {
+  int32_t token = 0;
+  float prob = 0.f;
+};
+
+// A draw from `dist` (probabilities that sum to about 1, any order) with the uniform `u` in
+// [0, 1): the first entry whose running sum exceeds u * total. -1 when `dist` is empty.
+int32_t draw_from(std::span<const TokenProb> dist, double u);
+
 struct SamplerParams {
   float temperature = 0.8f;        // 0: greedy
   int32_t top_k = 40;              // 0: off
@@ -96,6 +106,20 @@ class Sampler {
   int32_t sample(std::span<const float> logits);
   // The same, applying penalties and bias to `logits` in place (no copy of the vocabulary).
   int32_t sample_in_place(std::span<float> logits);
+
+  // The distribution the next sample() would draw from, as sparse (token, prob) pairs summing to
+  // 1: penalties and bias are applied to `logits` in place, then top-k, typical-p, top-p, min-p
+  // and temperature; temperature 0 gives the argmax with probability 1. Logprobs are computed
+  // as sample() computes them (call set_chosen() once the token is known). False when every
+  // token is banned. Speculative decoding verifies proposals against this distribution.
+  bool distribution_in_place(std::span<float> logits, std::vector<TokenProb>& out);
+  // A draw from `dist` with this sequence's RNG (reproducible like sample()).
+  int32_t draw(std::span<const TokenProb> dist) { return draw_from(dist, next_uniform()); }
+  // A uniform number in [0, 1) from this sequence's RNG.
+  double uniform() { return next_uniform(); }
+  // After distribution_in_place(): `token` is the one kept; sets chosen_logprob() from the
+  // logits that call modified.
+  void set_chosen(int32_t token, std::span<const float> logits);
 
   // Records a generated token in the penalty window (call once for every token that was kept).
   void accept(int32_t token);
@@ -133,6 +157,8 @@ class Sampler {
   int32_t sample_modified(std::span<const float> logits);
   void compute_logprobs(std::span<const float> logits);
   int32_t sample_chain(std::span<const float> logits);
+  // Steps 3-6 of the chain into cand_; returns the largest logit (-inf: nothing allowed).
+  float filter_candidates(std::span<const float> logits);
   void select_top_k(std::span<const float> logits, size_t k, std::vector<Candidate>& out);
   void apply_typical();
   void apply_top_p(float max_logit, double z);

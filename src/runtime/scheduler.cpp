@@ -1,6 +1,7 @@
 #include "src/runtime/scheduler.h"
 
 #include <algorithm>
+#include <chrono>
 #include <optional>
 
 #include "src/runtime/grammar/grammar.h"
@@ -34,6 +35,11 @@ struct Scheduler::Seq {
   std::optional<GrammarMatcher> grammar;
   std::optional<StreamDecoder> decoder;  // none without a tokenizer (token ids only)
   StopMatcher stop;
+  // Speculative decoding (created on first use).
+  std::optional<Sampler> draft_sampler;
+  std::optional<NgramIndex> ngram;
+  AcceptanceEstimate acceptance;
+  Draft draft;
 };
 
 struct Scheduler::Job {
@@ -48,9 +54,25 @@ struct Scheduler::Job {
   Usage usage;
 };
 
-Scheduler::Scheduler(Context& ctx, std::shared_ptr<const Tokenizer> tokenizer, const SchedulerOptions& opts)
+Scheduler::Scheduler(Context& ctx, std::shared_ptr<const Tokenizer> tokenizer, const SchedulerOptions& opts,
+                     Context* draft)
     : ctx_(ctx), tok_(std::move(tokenizer)), opts_(opts) {
   slot_used_.assign(static_cast<size_t>(ctx_.kv().n_seqs()), false);
+  if (!check_speculative(opts_, ctx_, draft)) opts_.speculative.mode = SpecMode::kNone;
+  if (opts_.speculative.mode == SpecMode::kDraft) drafter_ = std::make_unique<DraftModel>(*draft, opts_.speculative);
+}
+
+Status Scheduler::check_speculative(const SchedulerOptions& opts, Context& target, Context* draft) {
+  const SpeculativeOptions& so = opts.speculative;
+  if (so.mode == SpecMode::kNone) return ok_status();
+  KITE_TRY(so.validate());
+  if (so.mode != SpecMode::kDraft) return ok_status();
+  if (draft == nullptr) return make_error("speculative mode 'draft' needs a draft model");
+  const int32_t nv = target.model().hparams().n_vocab, dv = draft->model().hparams().n_vocab;
+  if (nv != dv) return make_error("the draft model's vocabulary has ", dv, " tokens, the target's ", nv);
+  const int32_t ts = target.kv().n_seqs(), ds = draft->kv().n_seqs();
+  if (ts != ds) return make_error("the draft context has ", ds, " sequence slots, the target's ", ts);
+  return ok_status();
 }
 
 Scheduler::~Scheduler() = default;
@@ -196,6 +218,7 @@ void Scheduler::preempt_newest() {
   running_.pop_back();
   Job* j = v->job;
   ctx_.kv().clear(v->slot);
+  if (drafter_) drafter_->reset(v->slot);
   slot_used_[static_cast<size_t>(v->slot)] = false;
   for (int32_t r : j->reserved_slots) slot_used_[static_cast<size_t>(r)] = false;
   j->reserved_slots.clear();
@@ -264,9 +287,15 @@ Status Scheduler::step() {
         const int64_t idx = s->computed + k;
         batch_.push_back({s->tokens[static_cast<size_t>(idx)], s->slot, idx + 1 == static_cast<int64_t>(s->tokens.size())});
       }
-      chunks_.emplace_back(s, static_cast<int32_t>(n));
+      chunks_.push_back({s, static_cast<int32_t>(n)});
       budget -= n;
       ++i;
+    }
+    if (pass == 0 && opts_.speculative.mode != SpecMode::kNone && !batch_.empty()) {
+      if (auto st = draft_step(&budget); !st) {
+        fail_all(st.error());
+        return st;
+      }
     }
   }
   if (batch_.empty()) {
@@ -280,15 +309,28 @@ Status Scheduler::step() {
     return ok_status();
   }
 
+  const auto t0 = std::chrono::steady_clock::now();
   if (auto st = ctx_.decode(batch_); !st) {
     fail_all(st.error());
     return st;
   }
+  const bool decode_only = std::all_of(chunks_.begin(), chunks_.end(), [](const Chunk& c) {
+    return static_cast<int64_t>(c.seq->tokens.size()) - c.seq->computed == 1;
+  });
+  if (decode_only)  // the cost model of speculation: seconds per step against its tokens
+    target_cost_.add(static_cast<double>(batch_.size()),
+                     std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   ++stats_.steps;
   stats_.computed_tokens += static_cast<int64_t>(batch_.size());
   size_t out = 0;
-  for (auto& [s, n] : chunks_) {
-    s->computed += n;
+  for (const Chunk& c : chunks_) {
+    Seq* s = c.seq;
+    if (c.n_draft > 0) {
+      verify(*s, out, c.n_draft);
+      out += static_cast<size_t>(c.n_draft) + 1;
+      continue;
+    }
+    s->computed += c.n;
     if (s->computed != static_cast<int64_t>(s->tokens.size())) continue;
     const std::span<const float> logits = ctx_.logits(out++);
     if (s->job->req.params.n > 1 && !s->job->forked) {
@@ -305,6 +347,167 @@ Status Scheduler::step() {
   jobs_.erase(std::remove_if(jobs_.begin(), jobs_.end(), [](const auto& j) { return j->live == 0; }), jobs_.end());
   publish_stats();
   return ok_status();
+}
+
+// --- speculative decoding ------------------------------------------------------------------------
+
+// Relative priors until the fits have seen enough steps: an extra row costs a tenth of a step,
+// a draft step (a model ~6x smaller) a seventh.
+StepCost Scheduler::step_cost() const {
+  StepCost c;
+  const bool draft = opts_.speculative.mode == SpecMode::kDraft;
+  if (target_cost_.ready() && (!draft || draft_cost_.ready())) {
+    c.target_fixed = target_cost_.a();
+    c.target_per_token = target_cost_.b();
+    if (draft) c.draft_fixed = draft_cost_.a(), c.draft_per_token = draft_cost_.b();
+    return c;
+  }
+  c.target_fixed = 1.0;
+  c.target_per_token = 0.1;
+  if (draft) c.draft_fixed = 0.15, c.draft_per_token = 0.01;
+  return c;
+}
+
+// After pass 0 (every decoding sequence has its pending token in batch_): chooses draft lengths,
+// drafts, reserves the extra KV positions from free blocks only, and rebuilds batch_ with each
+// sequence's proposals right after its pending token, all with logits.
+Status Scheduler::draft_step(int64_t* budget) {
+  const SpeculativeOptions& so = opts_.speculative;
+  KvCache& kv = ctx_.kv();
+  spec_chunks_.clear();
+  rates_.clear();
+  max_k_.clear();
+  for (size_t c = 0; c < chunks_.size(); ++c) {
+    Seq* s = chunks_[c].seq;
+    const GenerationParams& p = s->job->req.params;
+    if (p.n > 1 && !s->job->forked) continue;  // the fork happens at this token
+    const int64_t len = static_cast<int64_t>(s->tokens.size());
+    int64_t cap = std::min<int64_t>(so.max_draft, p.max_tokens - s->generated - 1);
+    cap = std::min(cap, kv.n_ctx() - len - 1);
+    s->draft.clear();
+    if (cap <= 0) continue;
+    if (so.mode == SpecMode::kNgram) {
+      if (!s->ngram) s->ngram.emplace(so.ngram_min, so.ngram_max);
+      s->ngram->update(s->tokens);
+      cap = s->ngram->propose(s->tokens, static_cast<int32_t>(cap), s->draft.tokens);
+      if (cap == 0) continue;
+    }
+    spec_chunks_.push_back(c);
+    rates_.push_back(s->acceptance.rate());
+    max_k_.push_back(static_cast<int32_t>(cap));
+  }
+  if (spec_chunks_.empty()) return ok_status();
+  k_.assign(spec_chunks_.size(), 0);
+  const int32_t step_budget = static_cast<int32_t>(std::min<int64_t>(so.max_step_drafts, *budget));
+  if (so.adaptive) {
+    plan_draft_lengths(rates_, max_k_, static_cast<int64_t>(batch_.size()), step_cost(), step_budget, k_);
+  } else {
+    int32_t left = step_budget;
+    for (size_t i = 0; i < k_.size(); ++i) left -= k_[i] = std::min(max_k_[i], std::max(left, 0));
+  }
+  if (drafter_) {
+    items_.clear();
+    for (size_t i = 0; i < spec_chunks_.size(); ++i) {
+      if (k_[i] == 0) continue;
+      Seq* s = chunks_[spec_chunks_[i]].seq;
+      if (!s->draft_sampler) {
+        SamplerParams dp = s->sampler.params();  // this choice's params (its own seed), without history
+        dp.repeat_penalty = 1.f, dp.frequency_penalty = 0.f, dp.presence_penalty = 0.f, dp.n_logprobs = 0;
+        dp.seed = dp.seed * 0x9e3779b97f4a7c15ull + 1;
+        s->draft_sampler.emplace(dp);
+      }
+      items_.push_back({s->slot, s->tokens, k_[i], &*s->draft_sampler, &s->draft});
+    }
+    if (!items_.empty()) {
+      SpecStats ds;
+      KITE_TRY(drafter_->propose(items_, ds));
+      stats_.draft_steps += ds.draft_steps;
+      if (drafter_->last_depth() > 0)
+        draft_cost_.add(static_cast<double>(drafter_->last_tokens()) / drafter_->last_depth(),
+                        drafter_->last_seconds() / drafter_->last_depth());
+    }
+  }
+  // Rebuild the batch: pending token, then the proposals that fit in free blocks.
+  batch_.clear();
+  int64_t drafted = 0;
+  size_t next = 0;
+  for (size_t c = 0; c < chunks_.size(); ++c) {
+    Chunk& ch = chunks_[c];
+    Seq* s = ch.seq;
+    batch_.push_back({s->tokens.back(), s->slot, true});
+    if (next >= spec_chunks_.size() || spec_chunks_[next] != c) continue;
+    const int32_t want = k_[next++];
+    int64_t k = std::min<int64_t>(want, static_cast<int64_t>(s->draft.tokens.size()));
+    while (k > 0 && kv.blocks_needed(s->slot, 1 + k) > kv.pool().available()) --k;
+    if (k == 0) {
+      // A planned draft that came back empty (the draft model was unsure) cost a draft step
+      // for nothing: count it as a failed trial so the policy backs off.
+      if (want > 0 && s->draft.tokens.empty()) {
+        s->acceptance.record(1, 0);
+      } else {
+        s->acceptance.idle_step();
+      }
+      s->draft.clear();
+      continue;
+    }
+    KITE_TRY(kv.reserve(s->slot, 1 + k));
+    s->draft.tokens.resize(static_cast<size_t>(k));
+    if (!s->draft.q.empty()) s->draft.q.resize(static_cast<size_t>(k));
+    for (int32_t t : s->draft.tokens) batch_.push_back({t, s->slot, true});
+    ch.n_draft = static_cast<int32_t>(k);
+    drafted += k;
+  }
+  if (drafted > 0) ++stats_.spec_steps;
+  *budget -= drafted;
+  return ok_status();
+}
+
+// Verifies a sequence's proposals against the target's logits rows row..row+n_draft and emits
+// the accepted tokens plus one more (a replacement or the bonus), then rolls the KV back.
+void Scheduler::verify(Seq& s, size_t row, int32_t n_draft) {
+  const bool greedy = s.sampler.params().temperature <= 0.f;
+  const int64_t first = s.computed;  // the pending token's position
+  int32_t accepted = 0;
+  for (int32_t j = 0; j <= n_draft && !s.done; ++j) {
+    const std::span<const float> l = ctx_.logits(row + static_cast<size_t>(j));
+    logits_.assign(l.begin(), l.end());
+    if (s.grammar) s.grammar->apply(logits_);
+    const bool bonus = j == n_draft;
+    const int32_t x = bonus ? -1 : s.draft.tokens[static_cast<size_t>(j)];
+    int32_t token = -1;
+    bool ok = false;
+    if (greedy) {
+      token = s.sampler.sample_in_place(logits_);
+      ok = !bonus && token == x;
+    } else if (s.sampler.distribution_in_place(logits_, dist_)) {
+      if (bonus) {
+        token = s.sampler.draw(dist_);
+      } else {
+        const std::span<const TokenProb> q =
+            s.draft.q.empty() ? std::span<const TokenProb>() : std::span<const TokenProb>(s.draft.q[static_cast<size_t>(j)]);
+        const double u_accept = s.sampler.uniform(), u_draw = s.sampler.uniform();
+        const Verdict v = verify_proposal(dist_, x, q, u_accept, u_draw, scratch_);
+        token = v.token;
+        ok = v.accepted;
+      }
+      s.sampler.set_chosen(token, logits_);
+    }
+    if (token < 0) {
+      finish(s, FinishReason::kError, "no token is allowed (the grammar and the logit bias exclude them all)");
+      break;
+    }
+    if (!emit(s, token) || !ok) break;
+    ++accepted;
+  }
+  stats_.drafted += n_draft;
+  stats_.accepted += accepted;
+  s.acceptance.record(n_draft, accepted);
+  if (s.done) return;  // finish() released both caches
+  // tokens = ..., pending, accepted proposals, the new pending token: positions up to the
+  // accepted ones are in the KV, the rest of the proposals are not part of the sequence.
+  s.computed = first + 1 + accepted;
+  ctx_.kv().truncate(s.slot, s.computed);
+  if (drafter_) drafter_->rollback(s.slot, std::span<const int32_t>(s.tokens).first(static_cast<size_t>(s.computed)));
 }
 
 Status Scheduler::fork_choices(Seq& s) {
@@ -331,7 +534,6 @@ Status Scheduler::fork_choices(Seq& s) {
 
 void Scheduler::emit_token(Seq& s, std::span<const float> logits) {
   if (s.done) return;
-  const GenerationParams& p = s.job->req.params;
   logits_.assign(logits.begin(), logits.end());
   if (s.grammar) s.grammar->apply(logits_);
   const int32_t token = s.sampler.sample_in_place(logits_);
@@ -339,6 +541,11 @@ void Scheduler::emit_token(Seq& s, std::span<const float> logits) {
     finish(s, FinishReason::kError, "no token is allowed (the grammar and the logit bias exclude them all)");
     return;
   }
+  emit(s, token);
+}
+
+bool Scheduler::emit(Seq& s, int32_t token) {
+  const GenerationParams& p = s.job->req.params;
   s.sampler.accept(token);
   ++s.generated;
   ++s.job->usage.completion_tokens;
@@ -372,7 +579,7 @@ void Scheduler::emit_token(Seq& s, std::span<const float> logits) {
   if (reason == FinishReason::kNone) {
     s.tokens.push_back(token);
     if (s.job->req.on_event) s.job->req.on_event(ev);
-    return;
+    return true;
   }
   if (s.decoder && !s.stop.stopped()) {  // what the decoder and the stop matcher held back is final now
     ev.text += s.stop.push(s.decoder->flush());
@@ -383,6 +590,7 @@ void Scheduler::emit_token(Seq& s, std::span<const float> logits) {
   s.done = true;
   if (s.job->req.on_event) s.job->req.on_event(ev);
   finish(s, reason);
+  return false;
 }
 
 void Scheduler::finish(Seq& s, FinishReason reason, const std::string& error) {
@@ -391,6 +599,7 @@ void Scheduler::finish(Seq& s, FinishReason reason, const std::string& error) {
   s.done = true;
   if (s.slot >= 0) {
     ctx_.kv().clear(s.slot);
+    if (drafter_) drafter_->reset(s.slot);
     slot_used_[static_cast<size_t>(s.slot)] = false;
     s.slot = -1;
   }

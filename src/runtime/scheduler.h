@@ -24,6 +24,15 @@
 //    prompt's blocks (copy-on-write).
 //  - Every request ends with exactly one event whose `finished` is set (per choice), and then
 //    on_done once with the usage of the whole request.
+//  - Speculative decoding (SchedulerOptions::speculative, speculative.h): a decoding sequence may
+//    put its pending token plus k proposals (n-gram lookup or the draft Context) into a step;
+//    accepted tokens are emitted one by one through the same path as any token (stop strings,
+//    grammar, logprobs, max_tokens), rejected positions are truncated from both KV caches.
+//    Greedy output is identical to decoding without speculation; sampled output has the
+//    target's distribution. Grammar-constrained and logprob requests speculate too (each
+//    position is masked and scored as a plain step would be). Drafts take only free blocks:
+//    nobody is preempted to make room for them. k adapts per sequence to its acceptance rate
+//    and to the measured cost of the extra rows and draft steps (0 when it cannot pay).
 #pragma once
 
 #include <chrono>
@@ -38,6 +47,7 @@
 
 #include "src/runtime/context.h"
 #include "src/runtime/sampler.h"
+#include "src/runtime/speculative.h"
 #include "src/runtime/stop_matcher.h"
 #include "src/runtime/tokenizer.h"
 
@@ -88,18 +98,27 @@ struct SchedulerOptions {
   int32_t max_batch_tokens = 512;   // tokens per model step (decode tokens + prefill chunks)
   int32_t max_queued = 256;         // waiting requests before submit() answers kBusy
   int32_t max_tokens_cap = 0;       // upper bound on any request's max_tokens; 0: the context
+  SpeculativeOptions speculative;   // mode kDraft needs the draft Context in the constructor
 };
 
 struct SchedulerStats {
   int64_t steps = 0, preemptions = 0, computed_tokens = 0, generated_tokens = 0;
   int32_t running = 0, waiting = 0;
   double min_pool_use_at_preemption = 1.0;  // fraction of KV blocks in use when a preemption happened
+  int64_t drafted = 0, accepted = 0;        // speculative proposals verified / accepted
+  int64_t draft_steps = 0, spec_steps = 0;  // draft-model steps; target steps with proposals
 };
 
 class Scheduler {
  public:
   // Sequence slots are the context's (ContextOptions::n_seqs): at most that many run at once.
-  Scheduler(Context& ctx, std::shared_ptr<const Tokenizer> tokenizer, const SchedulerOptions& opts = {});
+  // `draft` (speculative mode kDraft) is the draft model's context; check it first with
+  // check_speculative() — options that fail it turn speculation off.
+  Scheduler(Context& ctx, std::shared_ptr<const Tokenizer> tokenizer, const SchedulerOptions& opts = {},
+            Context* draft = nullptr);
+  // Whether `opts.speculative` can run with these contexts (the draft's vocabulary and slots
+  // must match the target's); the message names what differs.
+  static Status check_speculative(const SchedulerOptions& opts, Context& target, Context* draft);
   ~Scheduler();
 
   // Queues a request; errors (kInvalidArgument, kTooLarge, kBusy) name what is wrong. Thread-safe.
@@ -123,6 +142,10 @@ class Scheduler {
   void preempt_newest();
   void finish(Seq& s, FinishReason reason, const std::string& error = {});
   void emit_token(Seq& s, std::span<const float> logits);
+  bool emit(Seq& s, int32_t token);  // false when the sequence finished
+  Status draft_step(int64_t* budget);
+  void verify(Seq& s, size_t row, int32_t n_draft);
+  StepCost step_cost() const;
   Status fork_choices(Seq& s);
   void fail_all(const Error& e);
   int32_t free_slot() const;
@@ -147,10 +170,23 @@ class Scheduler {
   std::vector<bool> slot_used_;
   SchedulerStats stats_;      // engine thread
 
+  std::unique_ptr<DraftModel> drafter_;
+  StepCostFit target_cost_, draft_cost_;  // measured seconds per step vs tokens
+
   // Per-step scratch (reused).
+  struct Chunk {
+    Seq* seq;
+    int32_t n;            // tokens of s->tokens in this step
+    int32_t n_draft = 0;  // proposals after them (decode steps only)
+  };
   std::vector<BatchToken> batch_;
-  std::vector<std::pair<Seq*, int32_t>> chunks_;  // sequence, tokens in this step
+  std::vector<Chunk> chunks_;
   std::vector<float> logits_;
+  std::vector<TokenProb> dist_, scratch_;
+  std::vector<double> rates_;
+  std::vector<int32_t> max_k_, k_;
+  std::vector<size_t> spec_chunks_;
+  std::vector<DraftModel::Item> items_;
 };
 
 }  // namespace kite

@@ -176,7 +176,10 @@ Status Engine::load_and_warm_up() {
   template_.emplace(std::move(t));
   model_id_ = model_name(opts_.model.model);
   fingerprint_ = model_digest(opts_.model.model);
-  scheduler_ = std::make_unique<Scheduler>(*loaded_.ctx, loaded_.tokenizer, opts_.scheduler);
+  KITE_ASSIGN_OR_RETURN(opts_.scheduler.speculative, speculative_options(opts_.spec));
+  KITE_ASSIGN_OR_RETURN(draft_ctx_, load_draft(opts_.spec, opts_.model, *loaded_.model, opts_.parallel));
+  KITE_TRY(Scheduler::check_speculative(opts_.scheduler, *loaded_.ctx, draft_ctx_.get()));
+  scheduler_ = std::make_unique<Scheduler>(*loaded_.ctx, loaded_.tokenizer, opts_.scheduler, draft_ctx_.get());
   // Warm-up: one short generation builds the step graphs and touches the weights.
   Request r;
   EncodeOptions eo;
@@ -200,6 +203,8 @@ void Engine::publish() {
   snapshot_.waiting = s.waiting;
   snapshot_.steps = s.steps;
   snapshot_.preemptions = s.preemptions;
+  snapshot_.spec_drafted = s.drafted;
+  snapshot_.spec_accepted = s.accepted;
   snapshot_.kv_blocks_total = kv.blocks_total;
   snapshot_.kv_blocks_used = kv.blocks_used;
   snapshot_.kv_blocks_cached = kv.blocks_cached;

@@ -98,6 +98,7 @@ struct EngineOptions {
   int32_t parallel = 4;
   SchedulerOptions scheduler;
   std::string template_name;  // a built-in template name or a file; empty: the model's own
+  SpecArgs spec;              // speculative decoding (--draft, --spec, ...)
 };
 
 class Engine {
@@ -150,6 +151,7 @@ class Engine {
   Metrics* metrics_;
   Loaded loaded_;
   std::optional<ChatTemplate> template_;
+  std::unique_ptr<Context> draft_ctx_;     // --draft; declared before scheduler_, which uses it
   std::unique_ptr<Scheduler> scheduler_;
   std::string model_id_, fingerprint_;
   std::atomic<State> state_{State::kLoading};

@@ -121,6 +121,10 @@ std::string Metrics::render(const EngineSnapshot& e, bool ready) const {
   gauge(&out, "kite_engine_steps_total", "Model steps run.", "counter", static_cast<double>(e.steps));
   gauge(&out, "kite_preemptions_total", "Sequences preempted for lack of KV blocks.", "counter",
         static_cast<double>(e.preemptions));
+  gauge(&out, "kite_spec_drafted_tokens_total", "Tokens proposed by speculative decoding.", "counter",
+        static_cast<double>(e.spec_drafted));
+  gauge(&out, "kite_spec_accepted_tokens_total", "Proposed tokens the target accepted.", "counter",
+        static_cast<double>(e.spec_accepted));
   return out;
 }
 

@@ -19,6 +19,7 @@ struct EngineSnapshot {
   int32_t kv_blocks_total = 0, kv_blocks_used = 0, kv_blocks_cached = 0;
   int64_t prefix_queried_tokens = 0, prefix_hit_tokens = 0;
   int64_t steps = 0, preemptions = 0;
+  int64_t spec_drafted = 0, spec_accepted = 0;  // speculative decoding
 };
 
 // A Prometheus histogram with fixed upper bounds (seconds).

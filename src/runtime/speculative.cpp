@@ -1,0 +1,324 @@
+#include "src/runtime/speculative.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+namespace kite {
+
+const char* spec_mode_name(SpecMode m) {
+  switch (m) {
+    case SpecMode::kNone:
+      return "none";
+    case SpecMode::kDraft:
+      return "draft";
+    case SpecMode::kNgram:
+      return "ngram";
+  }
+  return "none";
+}
+
+Result<SpecMode> parse_spec_mode(std::string_view name) {
+  if (name == "none") return SpecMode::kNone;
+  if (name == "draft") return SpecMode::kDraft;
+  if (name == "ngram") return SpecMode::kNgram;
+  return make_error_code(ErrorCode::kInvalidArgument, "speculative mode must be none, draft or ngram, got '",
+                         std::string(name), "'");
+}
+
+Status SpeculativeOptions::validate() const {
+  if (max_draft < 1 || max_draft > 64) return make_error("max_draft must be in [1, 64], got ", max_draft);
+  if (!(p_min >= 0.f && p_min <= 1.f)) return make_error("p_min must be in [0, 1], got ", p_min);
+  if (ngram_min < 1 || ngram_max < ngram_min || ngram_max > 16)
+    return make_error("ngram sizes must satisfy 1 <= ngram_min <= ngram_max <= 16, got ", ngram_min, "..", ngram_max);
+  if (max_step_drafts < 1) return make_error("max_step_drafts must be >= 1, got ", max_step_drafts);
+  return ok_status();
+}
+
+// --- verification --------------------------------------------------------------------------------
+
+Verdict verify_proposal(std::span<const TokenProb> p, int32_t x, std::span<const TokenProb> q, double u_accept,
+                        double u_draw, std::vector<TokenProb>& scratch) {
+  auto prob_in = [](std::span<const TokenProb> d, int32_t t) {
+    for (const TokenProb& e : d)
+      if (e.token == t) return static_cast<double>(e.prob);
+    return 0.0;
+  };
+  const double px = prob_in(p, x);
+  const double qx = q.empty() ? 1.0 : prob_in(q, x);
+  // x was drawn from q, so qx > 0; a zero (a caller's rounding) accepts whatever p allows.
+  if (qx > 0 ? u_accept * qx < px : px > 0) return {x, true};
+
+  // normalize(max(0, p - q)): both sorted by token and merged.
+  thread_local std::vector<TokenProb> qs;
+  scratch.assign(p.begin(), p.end());
+  auto by_token = [](const TokenProb& a, const TokenProb& b) { return a.token < b.token; };
+  std::sort(scratch.begin(), scratch.end(), by_token);
+  if (q.empty()) {
+    qs.assign(1, TokenProb{x, 1.f});
+  } else {
+    qs.assign(q.begin(), q.end());
+    std::sort(qs.begin(), qs.end(), by_token);
+  }
+  double total = 0;
+  size_t j = 0;
+  for (TokenProb& e : scratch) {
+    while (j < qs.size() && qs[j].token < e.token) ++j;
+    const float qy = j < qs.size() && qs[j].token == e.token ? qs[j].prob : 0.f;
+    e.prob = std::max(0.f, e.prob - qy);
+    total += e.prob;
+  }
+  if (!(total > 0)) return {draw_from(p, u_draw), false};
+  const int32_t t = draw_from(scratch, u_draw);
+  return {t, t == x};  // t == x cannot happen (its residual is 0) but is reported honestly
+}
+
+// --- n-gram lookup -------------------------------------------------------------------------------
+
+NgramIndex::NgramIndex(int32_t n_min, int32_t n_max)
+    : n_min_(n_min), n_max_(n_max), maps_(static_cast<size_t>(std::max(0, n_max - n_min + 1))) {}
+
+uint64_t NgramIndex::hash(std::span<const int32_t> gram) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (int32_t t : gram) {
+    h ^= static_cast<uint32_t>(t);
+    h *= 0x100000001b3ull;
+    h ^= h >> 29;
+  }
+  return h;
+}
+
+void NgramIndex::update(std::span<const int32_t> tokens) {
+  if (tokens.size() < indexed_) reset();  // a different sequence: start over
+  // An n-gram ending at e - 1 is indexed once its continuation tokens[e] exists.
+  for (size_t e = std::max<size_t>(indexed_, 1); e < tokens.size(); ++e)
+    for (int32_t n = n_min_; n <= n_max_; ++n) {
+      if (e < static_cast<size_t>(n)) break;
+      maps_[static_cast<size_t>(n - n_min_)][hash(tokens.subspan(e - static_cast<size_t>(n), static_cast<size_t>(n)))] =
+          static_cast<int32_t>(e);
+    }
+  indexed_ = std::max(indexed_, tokens.size());
+}
+
+int32_t NgramIndex::propose(std::span<const int32_t> tokens, int32_t max, std::vector<int32_t>& out) const {
+  const size_t size = tokens.size();
+  for (int32_t n = n_max_; n >= n_min_ && max > 0; --n) {
+    const size_t un = static_cast<size_t>(n);
+    if (size < un + 1) continue;
+    const std::span<const int32_t> suffix = tokens.subspan(size - un, un);
+    const auto& map = maps_[static_cast<size_t>(n - n_min_)];
+    auto it = map.find(hash(suffix));
+    if (it == map.end()) continue;
+    const size_t e = static_cast<size_t>(it->second);
+    if (e < un || e >= size ||
+        !std::equal(suffix.begin(), suffix.end(), tokens.begin() + static_cast<ptrdiff_t>(e - un)))
+      continue;  // a hash collision
+    const size_t end = std::min(size, e + static_cast<size_t>(max));
+    out.insert(out.end(), tokens.begin() + static_cast<ptrdiff_t>(e), tokens.begin() + static_cast<ptrdiff_t>(end));
+    return static_cast<int32_t>(end - e);
+  }
+  return 0;
+}
+
+void NgramIndex::reset() {
+  for (auto& m : maps_) m.clear();
+  indexed_ = 0;
+}
+
+// --- draft model ---------------------------------------------------------------------------------
+
+std::vector<int32_t>& DraftModel::seen(int32_t slot) {
+  if (seen_.size() < static_cast<size_t>(ctx_.kv().n_seqs())) seen_.resize(static_cast<size_t>(ctx_.kv().n_seqs()));
+  return seen_[static_cast<size_t>(slot)];
+}
+
+void DraftModel::reset(int32_t slot) {
+  ctx_.kv().clear(slot);
+  seen(slot).clear();
+}
+
+void DraftModel::rollback(int32_t slot, std::span<const int32_t> tokens) {
+  std::vector<int32_t>& held = seen(slot);
+  const size_t len = std::min(held.size(), tokens.size());
+  size_t common = 0;
+  while (common < len && held[common] == tokens[common]) ++common;
+  if (common < held.size()) {
+    ctx_.kv().truncate(slot, static_cast<int64_t>(common));
+    held.resize(common);
+  }
+}
+
+namespace {
+
+// The probability of the most likely token at temperature 1: the draft's confidence.
+float top_prob(std::span<const float> logits) {
+  float m = -INFINITY;
+  for (float v : logits) m = std::max(m, v);
+  if (!(m > -INFINITY)) return 0.f;
+  double z = 0;
+  for (float v : logits) z += std::exp(static_cast<double>(v - m));
+  return static_cast<float>(1.0 / z);
+}
+
+constexpr int64_t kDraftChunk = 512;  // catch-up tokens per draft step at most
+
+}  // namespace
+
+Status DraftModel::propose(std::span<Item> items, SpecStats& stats) {
+  const auto t0 = std::chrono::steady_clock::now();
+  KvCache& kv = ctx_.kv();
+  last_depth_ = 0;
+  last_tokens_ = 0;
+  // Per item: the next index of `tokens` to feed (catch-up), or tokens.size() when caught up.
+  first_.assign(items.size(), 0);
+  active_.clear();
+  int32_t blocks_left = kv.pool().available();
+  for (size_t i = 0; i < items.size(); ++i) {
+    Item& it = items[i];
+    it.out->clear();
+    if (it.k <= 0 || it.tokens.empty()) continue;
+    rollback(it.slot, it.tokens);
+    std::vector<int32_t>& held = seen(it.slot);
+    if (held.empty()) {
+      const int64_t m = kv.match_prefix(it.slot, it.tokens);
+      held.assign(it.tokens.begin(), it.tokens.begin() + m);
+    }
+    if (held.size() >= it.tokens.size()) {  // the last token is fed again for its logits
+      kv.truncate(it.slot, static_cast<int64_t>(it.tokens.size()) - 1);
+      held.resize(it.tokens.size() - 1);
+    }
+    const int64_t feed = static_cast<int64_t>(it.tokens.size()) - kv.seq_len(it.slot);
+    it.k = static_cast<int32_t>(std::min<int64_t>(it.k, kv.n_ctx() - static_cast<int64_t>(it.tokens.size())));
+    const int32_t need = kv.blocks_needed(it.slot, feed + it.k);
+    if (it.k <= 0 || need > blocks_left) continue;  // no room: no proposals (never take others' blocks)
+    blocks_left -= need;
+    first_[i] = kv.seq_len(it.slot);
+    active_.push_back(static_cast<int32_t>(i));
+  }
+  std::vector<int32_t> want_logits;
+  while (!active_.empty()) {
+    batch_.clear();
+    want_logits.clear();
+    int64_t room = kDraftChunk;
+    for (int32_t i : active_) {
+      Item& it = items[static_cast<size_t>(i)];
+      int64_t& next = first_[static_cast<size_t>(i)];
+      const int64_t size = static_cast<int64_t>(it.tokens.size());
+      if (next < size) {
+        const int64_t n = std::min(size - next, std::max<int64_t>(room, 1));
+        for (int64_t j = 0; j < n; ++j)
+          batch_.push_back({it.tokens[static_cast<size_t>(next + j)], it.slot, next + j + 1 == size});
+        next += n;
+        room -= n;
+        if (next == size) want_logits.push_back(i);
+      } else {
+        batch_.push_back({it.out->tokens.back(), it.slot, true});
+        want_logits.push_back(i);
+      }
+    }
+    if (auto st = ctx_.decode(batch_); !st) {
+      for (const Item& it : items) reset(it.slot);
+      return st;
+    }
+    for (const BatchToken& t : batch_) seen(t.seq).push_back(t.token);
+    ++stats.draft_steps;
+    ++last_depth_;
+    last_tokens_ += static_cast<int64_t>(batch_.size());
+    size_t o = 0;
+    for (int32_t i : want_logits) {
+      Item& it = items[static_cast<size_t>(i)];
+      const std::span<const float> l = ctx_.logits(o++);
+      bool stop = top_prob(l) < opts_.p_min;
+      if (!stop) {
+        logits_.assign(l.begin(), l.end());
+        std::vector<TokenProb> q;
+        const bool any = it.sampler->distribution_in_place(logits_, q);
+        const int32_t x = any ? it.sampler->draw(q) : -1;
+        if (x < 0) {
+          stop = true;
+        } else {
+          it.out->tokens.push_back(x);
+          it.out->q.push_back(std::move(q));
+        }
+      }
+      if (stop || static_cast<int32_t>(it.out->tokens.size()) >= it.k) it.k = -1;  // finished
+    }
+    std::erase_if(active_, [&](int32_t i) { return items[static_cast<size_t>(i)].k < 0; });
+  }
+  last_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return ok_status();
+}
+
+// --- policy ------------------------------------------------------------------------------------
+
+namespace {
+constexpr double kForget = 0.97;  // per observation
+}
+
+void StepCostFit::add(double tokens, double seconds) {
+  s0_ = s0_ * kForget + 1;
+  sn_ = sn_ * kForget + tokens;
+  st_ = st_ * kForget + seconds;
+  snn_ = snn_ * kForget + tokens * tokens;
+  snt_ = snt_ * kForget + tokens * seconds;
+  ++n_;
+}
+
+bool StepCostFit::var_ok() const {
+  return s0_ * snn_ - sn_ * sn_ > 1e-9 * s0_ * s0_;
+}
+
+double StepCostFit::b() const {
+  if (!var_ok()) return 0;
+  return std::max(0.0, (s0_ * snt_ - sn_ * st_) / (s0_ * snn_ - sn_ * sn_));
+}
+
+double StepCostFit::a() const {
+  if (s0_ <= 0) return 0;
+  return std::max(1e-7, (st_ - b() * sn_) / s0_);
+}
+
+void AcceptanceEstimate::record(int32_t drafted, int32_t accepted) {
+  // A run of k proposals is `accepted` successes, then one failure unless all were accepted.
+  num_ = num_ * 0.8 + accepted;
+  den_ = den_ * 0.8 + accepted + (accepted < drafted ? 1 : 0);
+}
+
+void AcceptanceEstimate::idle_step() {
+  num_ *= 0.98;
+  den_ *= 0.98;
+}
+
+void plan_draft_lengths(std::span<const double> rate, std::span<const int32_t> max_k, int64_t base_tokens,
+                        const StepCost& cost, int32_t budget, std::span<int32_t> out_k) {
+  std::fill(out_k.begin(), out_k.end(), 0);
+  double tokens = static_cast<double>(rate.size());  // every decoding sequence emits one token
+  double time = cost.target_fixed + cost.target_per_token * static_cast<double>(base_tokens);
+  int32_t depth = 0, used = 0;
+  const double per_row = cost.target_per_token + cost.draft_per_token;
+  while (used < budget) {
+    double best = 0, best_de = 0, best_dt = 0;
+    int32_t best_i = -1, best_add = 0;
+    for (size_t i = 0; i < rate.size(); ++i) {
+      const double r = std::clamp(rate[i], 0.0, 0.999);
+      double pw = std::pow(r, out_k[i]), de = 0, dt = 0;
+      for (int32_t add = 1; out_k[i] + add <= max_k[i] && used + add <= budget; ++add) {
+        const int32_t j = out_k[i] + add;
+        pw *= r;
+        de += pw;
+        dt += per_row + (j > depth ? cost.draft_fixed : 0.0);
+        if (dt > 0 && de / dt > best)
+          best = de / dt, best_i = static_cast<int32_t>(i), best_add = add, best_de = de, best_dt = dt;
+      }
+    }
+    // Take it only if it raises tokens per second: de/dt above the current tokens/time.
+    if (best_i < 0 || best_de * time <= tokens * best_dt) break;
+    out_k[static_cast<size_t>(best_i)] += best_add;
+    depth = std::max(depth, out_k[static_cast<size_t>(best_i)]);
+    tokens += best_de;
+    time += best_dt;
+    used += best_add;
+  }
+}
+
+}  // namespace kite

@@ -1,0 +1,417 @@
+// Speculative decoding: the n-gram drafter and the rejection rule in isolation, then on the real
+// pair llama-target / llama-draft through the scheduler — greedy output must be identical with
+// and without speculation, sampled output must follow the target's distribution, and every KV
+// block of both models must be free at the end.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "formats/weight_source.h"
+#include "src/runtime/grammar/grammar.h"
+#include "src/runtime/scheduler.h"
+#include "src/runtime/speculative.h"
+#include "tests/testdata.h"
+
+using namespace kite;
+using namespace kite::test;
+
+namespace {
+
+// --- the rejection rule, exactly ----------------------------------------------------------------
+
+// P(emitted token) when x ~ q and the rule runs with uniforms on a fine grid (midpoints of
+// n x n cells): converges to p for a correct rule. `wrong` replaces the residual by p itself.
+std::map<int32_t, double> emitted_distribution(const std::vector<TokenProb>& p, const std::vector<TokenProb>& q, int n,
+                                               bool wrong) {
+  std::map<int32_t, double> out;
+  std::vector<TokenProb> scratch;
+  for (const TokenProb& xq : q)
+    for (int a = 0; a < n; ++a)
+      for (int d = 0; d < n; ++d) {
+        const double ua = (a + 0.5) / n, ud = (d + 0.5) / n;
+        int32_t t;
+        if (wrong) {
+          double px = 0;
+          for (const auto& e : p) px += e.token == xq.token ? e.prob : 0;
+          t = ua * xq.prob < px ? xq.token : draw_from(p, ud);
+        } else {
+          t = verify_proposal(p, xq.token, q, ua, ud, scratch).token;
+        }
+        out[t] += static_cast<double>(xq.prob) / (static_cast<double>(n) * n);
+      }
+  return out;
+}
+
+double tv_distance(const std::vector<TokenProb>& p, std::map<int32_t, double> got) {
+  double tv = 0;
+  for (const auto& e : p) {
+    tv += std::abs(got[e.token] - e.prob);
+    got.erase(e.token);
+  }
+  for (const auto& [t, v] : got) tv += v;
+  return tv / 2;
+}
+
+}  // namespace
+
+TEST_CASE("speculative: the rejection rule gives exactly the target's distribution") {
+  const std::vector<TokenProb> p = {{3, 0.5f}, {7, 0.3f}, {9, 0.15f}, {11, 0.05f}};
+  const std::vector<TokenProb> q = {{3, 0.2f}, {7, 0.6f}, {12, 0.2f}};  // 12: a token p excludes
+  const double tv = tv_distance(p, emitted_distribution(p, q, 200, false));
+  CHECK(tv < 0.01);
+  // The same with a wrong rule (resample from p on rejection) is far off: the test can fail.
+  const double tv_wrong = tv_distance(p, emitted_distribution(p, q, 200, true));
+  CHECK(tv_wrong > 0.1);
+
+  // One-hot proposals (n-gram): accept with probability p(x), else draw from p without x.
+  const std::vector<TokenProb> one = {{7, 1.f}};
+  CHECK(tv_distance(p, emitted_distribution(p, one, 200, false)) < 0.01);
+  std::vector<TokenProb> scratch;
+  CHECK(verify_proposal(p, 7, {}, 0.29, 0.5, scratch).accepted);
+  const Verdict rej = verify_proposal(p, 7, {}, 0.31, 0.99, scratch);
+  CHECK_FALSE(rej.accepted);
+  CHECK(rej.token != 7);
+  // A proposal the target bans is never accepted; p = q always accepts.
+  CHECK_FALSE(verify_proposal(p, 12, q, 0.0, 0.5, scratch).accepted);
+  CHECK(verify_proposal(p, 9, p, 0.999, 0.5, scratch).accepted);
+}
+
+TEST_CASE("speculative: n-gram index proposes what followed the longest earlier suffix") {
+  NgramIndex idx(1, 3);
+  std::vector<int32_t> t = {5, 6, 7, 8, 9, 1, 6, 7, 2, 5, 6, 7};
+  idx.update(t);
+  std::vector<int32_t> out;
+  // Suffix 5 6 7 occurred at the start, followed by 8 9 1 ...
+  CHECK(idx.propose(t, 3, out) == 3);
+  CHECK(out == std::vector<int32_t>{8, 9, 1});
+  // Incremental: after appending 4, no 2..3-gram "7 4" or "4" occurred before.
+  t.push_back(4);
+  idx.update(t);
+  out.clear();
+  CHECK(idx.propose(t, 4, out) == 0);
+  // Only the 1-gram "6" matches now; its most recent earlier occurrence is followed by 7 4:
+  t.push_back(6);
+  idx.update(t);
+  out.clear();
+  CHECK(idx.propose(t, 2, out) == 2);
+  CHECK(out == std::vector<int32_t>{7, 4});
+  // Proposals stop at the end of the sequence.
+  std::vector<int32_t> r = {1, 2, 1};
+  NgramIndex i2(1, 2);
+  i2.update(r);
+  out.clear();
+  CHECK(i2.propose(r, 8, out) == 2);
+  CHECK(out == std::vector<int32_t>{2, 1});
+}
+
+TEST_CASE("speculative: draft lengths follow acceptance and cost") {
+  std::vector<int32_t> k(2);
+  const std::vector<int32_t> max_k = {8, 8};
+  StepCost memory_bound{1.0, 0.01, 0.05, 0.001};
+  plan_draft_lengths(std::vector<double>{0.9, 0.1}, max_k, 2, memory_bound, 64, k);
+  CHECK(k[0] >= 4);    // a good drafter gets a long draft,
+  CHECK(k[0] > k[1]);  // a bad one a shorter one
+  StepCost compute_bound{0.01, 1.0, 0.0, 0.3};
+  plan_draft_lengths(std::vector<double>{0.9, 0.1}, max_k, 2, compute_bound, 64, k);
+  CHECK(k[0] == 0);  // extra rows cost as much as a step: never pays
+  CHECK(k[1] == 0);
+  plan_draft_lengths(std::vector<double>{0.9, 0.9}, max_k, 2, memory_bound, 5, k);
+  CHECK(k[0] + k[1] <= 5);  // the step budget
+}
+
+namespace {
+
+struct Engine {
+  std::shared_ptr<const Model> target, draft;
+  std::shared_ptr<const Tokenizer> tok;
+};
+
+std::shared_ptr<const Model> load(const char* rel, std::shared_ptr<const Tokenizer>* tok = nullptr) {
+  auto src = WeightSource::open(testdata(rel));
+  REQUIRE_MESSAGE(src.ok(), src.error().message);
+  if (tok) {
+    auto t = Tokenizer::load((*src)->metadata());
+    REQUIRE(t.ok());
+    *tok = *t;
+  }
+  auto m = Model::from_source(std::move(*src));
+  REQUIRE_MESSAGE(m.ok(), m.error().message);
+  return *m;
+}
+
+const Engine& engine() {
+  static Engine e = [] {
+    Engine x;
+    x.target = load("models/llama-target", &x.tok);
+    x.draft = load("models/llama-draft");
+    return x;
+  }();
+  return e;
+}
+
+std::unique_ptr<Context> make_context(const std::shared_ptr<const Model>& m, int32_t n_seqs) {
+  ContextOptions o;
+  o.n_ctx = 256;
+  o.n_seqs = n_seqs;
+  o.n_threads = 2;
+  auto c = Context::create(m, o);
+  REQUIRE_MESSAGE(c.ok(), c.error().message);
+  return std::move(*c);
+}
+
+// The reference prompts plus cuts of the held-out text.
+std::vector<std::vector<int32_t>> prompts(size_t n) {
+  const auto ref = nlohmann::json::parse(read_file(testdata("models/llama-target/reference.json")));
+  static const std::string text = read_file(testdata("heldout.txt"));
+  std::vector<std::vector<int32_t>> out;
+  for (const auto& p : ref["prompts"]) {
+    if (out.size() == n) break;
+    out.push_back(p["ids"].get<std::vector<int32_t>>());
+  }
+  for (size_t i = 0; out.size() < n; ++i)
+    out.push_back(engine().tok->encode(text.substr(i * 1231 % 50000, 80 + i * 37 % 200)));
+  return out;
+}
+
+struct Run {
+  std::vector<std::vector<int32_t>> tokens;
+  std::vector<std::vector<float>> logprobs;  // of each token (NaN-free only with n_logprobs > 0)
+  SchedulerStats stats;
+};
+
+Run run_all(Context& ctx, Context* draft, const std::vector<std::vector<int32_t>>& ps, const SchedulerOptions& so,
+            const GenerationParams& gp) {
+  REQUIRE(Scheduler::check_speculative(so, ctx, draft).ok());
+  Scheduler s(ctx, engine().tok, so, draft);
+  Run r;
+  r.tokens.resize(ps.size());
+  r.logprobs.resize(ps.size());
+  for (size_t i = 0; i < ps.size(); ++i) {
+    Request q;
+    q.prompt = ps[i];
+    q.params = gp;
+    q.on_event = [&r, i](const StreamEvent& e) {
+      if (e.token >= 0) r.tokens[i].push_back(e.token), r.logprobs[i].push_back(e.logprob);
+    };
+    auto id = s.submit(std::move(q));
+    REQUIRE_MESSAGE(id.ok(), id.error().message);
+  }
+  auto st = s.run_until_idle();
+  REQUIRE_MESSAGE(st.ok(), st.error().message);
+  r.stats = s.stats();
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("speculative: greedy output is identical with a draft model and with n-gram lookup, alone and 8 at once") {
+  const auto ps = prompts(8);
+  GenerationParams gp;
+  gp.sampling.temperature = 0.f;
+  gp.max_tokens = 40;
+  gp.ignore_eos = true;
+  auto target = make_context(engine().target, 8);
+  auto draft = make_context(engine().draft, 8);
+  const Run plain = run_all(*target, nullptr, ps, {}, gp);
+  CHECK(plain.stats.drafted == 0);
+
+  for (SpecMode mode : {SpecMode::kDraft, SpecMode::kNgram}) {
+    CAPTURE(spec_mode_name(mode));
+    SchedulerOptions so;
+    so.speculative.mode = mode;
+    so.speculative.adaptive = false;  // always draft: many rejections to roll back
+    so.speculative.p_min = 0.f;
+    so.speculative.max_draft = 6;
+    Context* d = mode == SpecMode::kDraft ? draft.get() : nullptr;
+    const Run all = run_all(*target, d, ps, so, gp);
+    for (size_t i = 0; i < ps.size(); ++i) CHECK_MESSAGE(all.tokens[i] == plain.tokens[i], "8 at once, prompt ", i);
+    CHECK(all.stats.drafted > 0);
+    CHECK(all.stats.accepted > 0);
+    CHECK(all.stats.accepted < all.stats.drafted);  // rejections happened (and were rolled back)
+    MESSAGE(std::string(spec_mode_name(mode)), ": drafted ", all.stats.drafted, ", accepted ", all.stats.accepted);
+    for (size_t i : {size_t{1}, size_t{4}}) {
+      const Run one = run_all(*target, d, {ps[i]}, so, gp);
+      CHECK_MESSAGE(one.tokens[0] == plain.tokens[i], "alone, prompt ", i);
+      CHECK(one.stats.drafted > 0);
+    }
+    // Adaptive lengths: the same tokens whatever it decides.
+    so.speculative.adaptive = true;
+    const Run adaptive = run_all(*target, d, ps, so, gp);
+    for (size_t i = 0; i < ps.size(); ++i) CHECK(adaptive.tokens[i] == plain.tokens[i]);
+    // Rollback: nothing is left referenced in either cache.
+    CHECK(target->kv().pool().n_referenced() == 0);
+    CHECK(draft->kv().pool().n_referenced() == 0);
+  }
+}
+
+TEST_CASE("speculative: grammar-constrained and logprob requests verify each position like a plain step") {
+  auto g = Grammar::from_json_schema(R"({"type":"object","properties":{"name":{"type":"string","maxLength":24},
+    "lines":{"type":"array","items":{"type":"string","maxLength":30},"maxItems":3}},"required":["name","lines"]})");
+  REQUIRE_MESSAGE(g.ok(), g.error().message);
+  const auto ps = prompts(4);
+  GenerationParams gp;
+  gp.sampling.temperature = 0.f;
+  gp.sampling.n_logprobs = 2;
+  gp.max_tokens = 48;
+  gp.grammar = *g;
+  auto target = make_context(engine().target, 4);
+  auto draft = make_context(engine().draft, 4);
+  const Run plain = run_all(*target, nullptr, ps, {}, gp);
+  for (SpecMode mode : {SpecMode::kDraft, SpecMode::kNgram}) {
+    SchedulerOptions so;
+    so.speculative.mode = mode;
+    so.speculative.adaptive = false;
+    so.speculative.p_min = 0.f;
+    const Run spec = run_all(*target, mode == SpecMode::kDraft ? draft.get() : nullptr, ps, so, gp);
+    for (size_t i = 0; i < ps.size(); ++i) {
+      CHECK(spec.tokens[i] == plain.tokens[i]);
+      CHECK(spec.logprobs[i] == plain.logprobs[i]);  // each from its own position's logits
+      CHECK(plain.logprobs[i].size() > 0);
+    }
+    CHECK(spec.stats.drafted > 0);
+  }
+}
+
+TEST_CASE("speculative: a tiny KV pool drafts less instead of preempting, with the same greedy tokens") {
+  const auto ps = prompts(8);
+  GenerationParams gp;
+  gp.sampling.temperature = 0.f;
+  gp.max_tokens = 24;
+  gp.ignore_eos = true;
+  ContextOptions o;
+  o.n_ctx = 256;
+  o.n_seqs = 8;
+  o.n_threads = 2;
+  o.kv_blocks = 48;
+  o.prefix_cache = false;
+  auto plain_ctx = Context::create(engine().target, o);
+  REQUIRE(plain_ctx.ok());
+  const Run plain = run_all(**plain_ctx, nullptr, ps, {}, gp);
+  auto spec_ctx = Context::create(engine().target, o);
+  REQUIRE(spec_ctx.ok());
+  auto draft = make_context(engine().draft, 8);
+  SchedulerOptions so;
+  so.speculative.mode = SpecMode::kDraft;
+  so.speculative.adaptive = false;
+  so.speculative.p_min = 0.f;
+  const Run spec = run_all(**spec_ctx, draft.get(), ps, so, gp);
+  for (size_t i = 0; i < ps.size(); ++i) CHECK(spec.tokens[i] == plain.tokens[i]);
+  CHECK(spec.stats.drafted > 0);
+  CHECK(spec.stats.preemptions <= plain.stats.preemptions);  // drafts never cause a preemption
+  CHECK((*spec_ctx)->kv().pool().n_referenced() == 0);
+  CHECK(draft->kv().pool().n_referenced() == 0);
+}
+
+namespace {
+
+// Pearson's chi-square of `counts` (n samples) against `p`, over the tokens expected >= 5 times
+// plus one bin pooling the rest. Adds the statistic and the degrees of freedom.
+void chi_square(const std::vector<TokenProb>& p, const std::map<int32_t, int64_t>& counts, int64_t n, double* chi2,
+                double* dof) {
+  double rest_p = 0;
+  int64_t rest_n = n;
+  int bins = 0;
+  for (const TokenProb& e : p) {
+    const double expect = e.prob * static_cast<double>(n);
+    if (expect < 5) {
+      rest_p += e.prob;
+      continue;
+    }
+    const auto it = counts.find(e.token);
+    const double got = it == counts.end() ? 0.0 : static_cast<double>(it->second);
+    rest_n -= static_cast<int64_t>(got);
+    *chi2 += (got - expect) * (got - expect) / expect;
+    ++bins;
+  }
+  const double rest_expect = rest_p * static_cast<double>(n);
+  if (rest_expect >= 1) *chi2 += (rest_n - rest_expect) * (rest_n - rest_expect) / rest_expect, ++bins;
+  *dof += bins - 1;
+}
+
+}  // namespace
+
+TEST_CASE("speculative: sampled tokens follow the target's distribution (chi-square, draft model proposals)") {
+  // n choices of one prompt at temperature 1.5 over the whole vocabulary. The first token is
+  // sampled in the prompt step (no speculation); the second is where the draft's proposal is
+  // verified (accepted with min(1, p/q), else drawn from the residual). Grouped by first token,
+  // the second token's frequencies must match p(. | prompt, first) computed directly: a pooled
+  // chi-square over the groups with enough samples. (Measured: 104 with 95 degrees of freedom,
+  // bound 150; resampling from p instead of the residual on rejection gives 181 and fails.)
+  SamplerParams sp;
+  sp.temperature = 1.5f;  // flat: many second tokens are likely and proposals are often rejected
+  sp.top_k = 0;
+  sp.top_p = 1.f;
+  sp.min_p = 0.f;
+  constexpr int kRequests = 60, kChoices = 64;
+  auto ref = make_context(engine().target, 1);
+  auto dist = [&](const std::vector<int32_t>& tokens) {
+    ref->kv().clear(0);
+    REQUIRE(ref->eval(tokens).ok());
+    std::vector<float> l(ref->logits(0).begin(), ref->logits(0).end());
+    std::vector<TokenProb> p;
+    Sampler(sp).distribution_in_place(l, p);
+    return p;
+  };
+  // The reference prompt whose most likely first token is likeliest: most samples per group.
+  std::vector<int32_t> prompt;
+  float best = 0;
+  for (const auto& cand : prompts(8)) {
+    const std::vector<TokenProb> p0 = dist(cand);
+    const float top = std::max_element(p0.begin(), p0.end(), [](auto a, auto b) { return a.prob < b.prob; })->prob;
+    if (top > best) best = top, prompt = cand;
+  }
+
+  auto target = make_context(engine().target, kChoices);
+  auto draft = make_context(engine().draft, kChoices);
+  SchedulerOptions so;
+  so.speculative.mode = SpecMode::kDraft;
+  so.speculative.adaptive = false;
+  so.speculative.p_min = 0.f;
+  GenerationParams gp;
+  gp.sampling = sp;
+  gp.max_tokens = 3;  // the second token is verified (one proposal), the third is the bonus
+  gp.ignore_eos = true;
+  gp.n = kChoices;
+  Scheduler s(*target, engine().tok, so, draft.get());
+  std::map<std::pair<uint64_t, int32_t>, std::vector<int32_t>> out;
+  for (int rep = 0; rep < kRequests; ++rep) {
+    Request r;
+    r.prompt = prompt;
+    r.params = gp;
+    r.params.sampling.seed = 1000 + static_cast<uint64_t>(rep) * 977;
+    r.on_event = [&out](const StreamEvent& e) {
+      if (e.token >= 0) out[{e.request, e.choice}].push_back(e.token);
+    };
+    REQUIRE(s.submit(std::move(r)).ok());
+  }
+  REQUIRE(s.run_until_idle().ok());
+  std::map<int32_t, std::map<int32_t, int64_t>> by_first;
+  for (const auto& [key, toks] : out) {
+    REQUIRE(toks.size() == 3);
+    ++by_first[toks[0]][toks[1]];
+  }
+  const SchedulerStats st = s.stats();
+  MESSAGE("drafted ", st.drafted, ", accepted ", st.accepted, "; ", by_first.size(), " distinct first tokens");
+  CHECK(st.drafted >= 2000);  // nearly every choice verified a proposal
+  CHECK(st.accepted > 0);
+  CHECK(st.accepted < st.drafted);  // the rejection path ran
+  double chi2 = 0, dof = 0;
+  int64_t used = 0;
+  for (const auto& [first, counts] : by_first) {
+    int64_t n = 0;
+    for (const auto& [t, c] : counts) n += c;
+    if (n < 40) continue;
+    std::vector<int32_t> cond = prompt;
+    cond.push_back(first);
+    chi_square(dist(cond), counts, n, &chi2, &dof);
+    used += n;
+  }
+  MESSAGE("chi2 ", chi2, " with ", dof, " degrees of freedom over ", used, " samples");
+  REQUIRE(used >= 1000);
+  REQUIRE(dof >= 15);
+  CHECK(chi2 < dof + 4 * std::sqrt(2 * dof));  // about p < 1e-4 for a correct rule
+  CHECK(target->kv().pool().n_referenced() == 0);
+  CHECK(draft->kv().pool().n_referenced() == 0);
+}
