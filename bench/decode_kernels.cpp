@@ -1,12 +1,17 @@
 // kite-decode-kernels: single-thread throughput of the decode (one activation row) dot kernels
 // of each x86 level, with the weights hot in cache (kernel cost) and streamed from DRAM
-// (kernel + memory). Not run in CI.
+// (kernel + memory); then, for small batches of na activation rows, GB/s of weights read by
+// the three ways mul_mat can take them: the per-row dots (4 rows per call), gemm8 (weights read
+// in place, all rows per block) and pack + tile_dot (the prefill tiles, packed every step).
+// Not run in CI.
 //
-//   kite-decode-kernels [--types q4_0,q8_0,q4_K,q6_K] [--k 2048]
+//   kite-decode-kernels [--types q4_0,q8_0,q4_K,q6_K] [--k 2048] [--na 1,2,4,8,16]
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <functional>
 #include <random>
 #include <string>
 #include <vector>
@@ -45,23 +50,120 @@ double run(cpu::VecDotFn dot, const uint8_t* w, size_t row_bytes, int64_t rows, 
   return static_cast<double>(done) * static_cast<double>(row_bytes) / el / 1e9;
 }
 
+
+// Weight GB/s of `step` (one pass over `rows` weight rows against na activation rows) over
+// min_s seconds of thread CPU time.
+double run_rows(const std::function<void(int64_t)>& step, size_t row_bytes, int64_t rows, double min_s) {
+  int64_t done = 0;
+  const double t0 = thread_seconds();
+  double el = 0;
+  do {
+    step(rows);
+    done += rows;
+    el = thread_seconds() - t0;
+  } while (el < min_s);
+  return static_cast<double>(done) * static_cast<double>(row_bytes) / el / 1e9;
+}
+
+// Small-batch throughput for one type and level: per-row dots, gemm8 and packed tiles.
+void bench_batches(const cpu::MatmulKernels& mk, const char* level, const quant::TypeTraits& tr, int64_t k,
+                   const std::vector<float>& x, const std::vector<uint8_t>& w, size_t row_bytes, int64_t cold_rows,
+                   const std::vector<int>& nas) {
+  const auto id = static_cast<size_t>(tr.type);
+  const bool t16 = mk.tile16_pack[id] != nullptr;
+  const cpu::ActFormat rf = cpu::act_format(static_cast<DType>(tr.type));
+  const cpu::ActFormat tf = t16 ? cpu::ActFormat::kQ8U : cpu::ActFormat::kQ8;
+  const int max_na = *std::max_element(nas.begin(), nas.end());
+  const size_t rab = cpu::act_row_bytes(rf, k), tab = cpu::act_row_bytes(tf, k);
+  std::vector<uint8_t> ar(rab * max_na + 64), at(tab * max_na + 64);
+  for (int j = 0; j < max_na; ++j) {
+    const float* xr = x.data() + static_cast<size_t>(j % 4) * static_cast<size_t>(k);
+    (rf == cpu::ActFormat::kQ8K ? mk.quantize_q8k : mk.quantize_q8)(xr, ar.data() + rab * j, k);
+    mk.quantize_q8(xr, at.data() + tab * j, k);
+    if (t16)
+      for (size_t b = 0; b < tab; b += sizeof(cpu::ActQ8))
+        for (int i = 0; i < 32; ++i) at[tab * j + b + 8 + i] ^= 0x80;
+  }
+  const auto pack = t16 ? mk.tile16_pack[id] : mk.tile_pack[id];
+  const auto* tdot = t16 ? mk.tile16_dot : mk.tile_dot;
+  std::vector<uint8_t> tile(static_cast<size_t>(k / 32) * (t16 ? cpu::kTile16BlockBytes : cpu::kTileBlockBytes));
+  const int64_t hot_rows = std::max<int64_t>(64, static_cast<int64_t>((256u << 10) / row_bytes)) / 8 * 8;
+  float out[cpu::kGemmMaxNa * cpu::kTileRows];
+  float sink = 0.f;
+  for (int na : nas) {
+    auto rows_dot = [&](int64_t rows) {
+      for (int64_t i = 0; i < rows; ++i)
+        for (int j0 = 0; j0 < na; j0 += cpu::kMaxNa) {
+          const int nn = std::min(cpu::kMaxNa, na - j0);
+          mk.dot[id][nn - 1](k, w.data() + static_cast<size_t>(i) * row_bytes, ar.data() + rab * j0, rab, out);
+          sink += out[0];
+        }
+    };
+    // mode 0: gemm8; 1: pack + tile_dot 4 rows per call; 2: pack + tile_dot8 where 8 rows remain.
+    const auto tdot8 = t16 ? mk.tile16_dot8 : mk.tile_dot8;
+    auto tile_rows = [&](int64_t rows, int mode) {
+      for (int64_t i = 0; i < rows; i += cpu::kTileRows) {
+        const uint8_t* rp[cpu::kTileRows];
+        for (int r = 0; r < cpu::kTileRows; ++r) rp[r] = w.data() + static_cast<size_t>(i + r) * row_bytes;
+        if (mode != 0) pack(rp, cpu::kTileRows, k, tile.data());
+        for (int j0 = 0, nn = 0; j0 < na; j0 += nn) {
+          if (mode == 0) {
+            nn = std::min(cpu::kGemmMaxNa, na - j0);
+            mk.gemm8[id](rp, cpu::kTileRows, k, at.data() + tab * j0, tab, nn, out);
+          } else if (mode == 2 && na - j0 >= 8 && tdot8 != nullptr) {
+            nn = 8;
+            tdot8(k, tile.data(), at.data() + tab * j0, tab, out);
+          } else {
+            nn = std::min(cpu::kMaxNa, na - j0);
+            tdot[nn - 1](k, tile.data(), at.data() + tab * j0, tab, out);
+          }
+          sink += out[0];
+        }
+      }
+    };
+    std::printf("%-6s %-6s k=%lld na=%-3d", level, std::string(tr.name).c_str(), static_cast<long long>(k), na);
+    for (bool cold : {false, true}) {
+      const int64_t rows = cold ? cold_rows / 8 * 8 : hot_rows;
+      std::printf(" | %s dots %6.2f", cold ? "dram" : "hot", run_rows(rows_dot, row_bytes, rows, 0.2));
+      if (mk.gemm8[id] != nullptr)
+        std::printf(" gemm8 %6.2f", run_rows([&](int64_t r) { tile_rows(r, 0); }, row_bytes, rows, 0.2));
+      if (pack != nullptr)
+        std::printf(" tiles %6.2f", run_rows([&](int64_t r) { tile_rows(r, 1); }, row_bytes, rows, 0.2));
+      if (pack != nullptr && na >= 8)
+        std::printf(" tiles8 %6.2f", run_rows([&](int64_t r) { tile_rows(r, 2); }, row_bytes, rows, 0.2));
+    }
+    std::printf(" GB/s\n");
+    std::fflush(stdout);
+  }
+  if (sink == 12345.f) std::printf(" ");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::string types = "q4_0,q8_0,q4_K,q6_K";
   int64_t k = 2048;
+  std::vector<int> nas;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--types" && i + 1 < argc) types = argv[++i];
     else if (a == "--k" && i + 1 < argc) k = std::atoll(argv[++i]);
+    else if (a == "--na" && i + 1 < argc) {
+      for (const char* p = argv[++i]; *p != 0;) {
+        nas.push_back(std::atoi(p));
+        while (*p != 0 && *p != ',') ++p;
+        if (*p == ',') ++p;
+      }
+    }
     else {
-      std::fprintf(stderr, "usage: kite-decode-kernels [--types t1,t2] [--k K]\n");
+      std::fprintf(stderr, "usage: kite-decode-kernels [--types t1,t2] [--k K] [--na 1,2,4,8,16]\n");
       return 2;
     }
   }
   std::mt19937 rng(7);
   std::normal_distribution<float> nd(0.f, 1.f);
-  std::vector<float> x(static_cast<size_t>(k));
+  if (nas.empty()) nas = {1, 2, 4, 8, 16};
+  std::vector<float> x(static_cast<size_t>(4 * k));
   for (float& v : x) v = nd(rng);
   size_t start = 0;
   while (start < types.size()) {
@@ -96,6 +198,7 @@ int main(int argc, char** argv) {
       std::printf("%-6s %-6s k=%lld  hot %6.2f GB/s (%5.2f ns/block)  dram %6.2f GB/s  dot=%g\n",
                   level == cpu::SimdLevel::kAvx2 ? "avx2" : "avx512", name.c_str(), static_cast<long long>(k), hot,
                   static_cast<double>(tr->type_size) / hot, cold, static_cast<double>(r));
+      bench_batches(*mk, level == cpu::SimdLevel::kAvx2 ? "avx2" : "avx512", *tr, k, x, w, row_bytes, cold_rows, nas);
     }
   }
   return 0;

@@ -2,6 +2,7 @@
 // and SIMD level, and the machine's streaming read bandwidth. Not run in CI.
 //
 //   kite-bench-kernels [--threads N] [--levels scalar,avx2,avx512] [--types q4_0,q4_K,...]
+//                      [--n 1,512] [--gemm-max N]  (small batches up to N rows use gemm8; 0: never)
 //
 // Decode (n=1) cycles through enough copies of the weights (>= 512 MiB) that they stream from
 // DRAM as in a real model; prefill (n=512) reuses one copy.
@@ -18,6 +19,7 @@
 #include <vector>
 
 #include "backends/cpu/cpu_features.h"
+#include "backends/cpu/matmul.h"
 #include "formats/quant/types.h"
 #include "src/core/backend.h"
 #include "src/core/graph.h"
@@ -294,8 +296,9 @@ int main(int argc, char** argv) {
     else if (a == "--first-shape") n_shapes = 1;
     else if (a == "--ops") ops = true;
     else if (a == "--attn" && i + 1 < argc) attn = argv[++i];
+    else if (a == "--gemm-max" && i + 1 < argc) cpu::set_gemm8_max_rows(std::atoll(argv[++i]));
     else {
-      std::fprintf(stderr, "usage: kite-bench-kernels [--threads N] [--levels l1,l2] [--types t1,t2] [--n 1,512] [--no-bandwidth] [--first-shape] [--ops] [--attn 16:512,64:512]\n");
+      std::fprintf(stderr, "usage: kite-bench-kernels [--threads N] [--levels l1,l2] [--types t1,t2] [--n 1,512] [--no-bandwidth] [--first-shape] [--ops] [--attn 16:512,64:512] [--gemm-max N]\n");
       return 2;
     }
   }

@@ -283,6 +283,79 @@ TEST_CASE("ops: prefill tiles match the per-row kernels on the same activations"
   }
 }
 
+TEST_CASE("ops: gemm8 small-batch kernels match the packed tiles on the same activations") {
+  const int64_t k = 512;
+  const int max_na = cpu::kGemmMaxNa;
+  const std::vector<float> xf = randn(static_cast<size_t>(k * max_na), 91);
+  for (SimdLevel l : cpu::supported_simd_levels()) {
+    if (l == SimdLevel::kScalar) continue;
+    REQUIRE(cpu::matmul_kernels_for(l) != nullptr);
+    const cpu::MatmulKernels& mk = *cpu::matmul_kernels_for(l);
+    int types = 0;
+    for (DType t : kQuantTypes) {
+      const auto id = static_cast<size_t>(t);
+      if (mk.gemm8[id] == nullptr) continue;
+      ++types;
+      const bool t16 = mk.tile16_pack[id] != nullptr;
+      REQUIRE((t16 || mk.tile_pack[id] != nullptr));
+      // ActQ8 activations (codes + 128 for the 16-element-scale types), as both paths take them.
+      const size_t ab = cpu::act_row_bytes(cpu::ActFormat::kQ8, k);
+      std::vector<uint8_t> at(ab * max_na);
+      for (int j = 0; j < max_na; ++j) {
+        mk.quantize_q8(&xf[static_cast<size_t>(j * k)], at.data() + ab * j, k);
+        if (t16)
+          for (size_t b = 0; b < ab; b += sizeof(cpu::ActQ8))
+            for (int i = 0; i < 32; ++i) at[ab * j + b + 8 + i] ^= 0x80;
+      }
+      for (int nrows : {8, 5, 1}) {
+        const std::vector<uint8_t> wb = encode(t, randn(static_cast<size_t>(k * nrows), 92 + nrows), nrows, k);
+        const size_t rb = wb.size() / static_cast<size_t>(nrows);
+        const uint8_t* rows[cpu::kTileRows];
+        for (int r = 0; r < nrows; ++r) rows[r] = wb.data() + rb * r;
+        std::vector<uint8_t> tile(static_cast<size_t>(k / 32) * (t16 ? cpu::kTile16BlockBytes : cpu::kTileBlockBytes));
+        (t16 ? mk.tile16_pack[id] : mk.tile_pack[id])(rows, nrows, k, tile.data());
+        for (int na = 1; na <= max_na; ++na) {
+          float got[cpu::kGemmMaxNa * cpu::kTileRows];
+          mk.gemm8[id](rows, nrows, k, at.data(), ab, na, got);
+          std::vector<float> g;
+          std::vector<double> ref;
+          for (int j = 0; j < na; ++j) {
+            float one[cpu::kTileRows];
+            (t16 ? mk.tile16_dot : mk.tile_dot)[0](k, tile.data(), at.data() + ab * j, ab, one);
+            for (int r = 0; r < nrows; ++r) ref.push_back(one[r]), g.push_back(got[j * cpu::kTileRows + r]);
+          }
+          INFO(cpu::simd_level_name(l), " ", quant::find_traits(t)->name, " rows ", nrows, " na ", na);
+          // The same integer sums; only the float rounding differs.
+          CHECK(nmse(g, ref) < 1e-10);
+        }
+      }
+    }
+    if (l == SimdLevel::kAvx512) CHECK(types == 11);
+  }
+}
+
+TEST_CASE("ops: mul_mat small batches, every row count 1..17, gemm8 on and off") {
+  uint32_t seed = 400;
+  for (int64_t limit : {cpu::kGemmDefaultMaxRows, int64_t{0}}) {
+    cpu::set_gemm8_max_rows(limit);
+    REQUIRE(cpu::gemm8_max_rows() == limit);
+    for (DType t : {DType::Q4_0, DType::Q8_0, DType::Q4_K, DType::Q6_K, DType::Q5_K, DType::Q5_0, DType::Q4_1,
+                    DType::Q3_K, DType::IQ4_XS})
+      for (int64_t n = 1; n <= 17; ++n) {
+        // Odd weight-row counts: whole 8-row tiles plus a partial one; 9 blocks of 32.
+        const int64_t k = quant::find_traits(t)->block_size == 256 ? 512 : 288;
+        check_mul_mat(t, k, n % 2 == 0 ? 21 : 37, n, 1, false, seed++);
+      }
+    // Past the small-batch range: the packed tiles (or the per-row dots up to 31 rows for Q6_K/Q3_K).
+    for (DType t : {DType::Q4_0, DType::Q4_K, DType::Q6_K, DType::Q3_K}) {
+      check_mul_mat(t, 256, 21, 24, 1, false, seed++);
+      check_mul_mat(t, 256, 21, 33, 1, false, seed++);
+    }
+  }
+  cpu::set_gemm8_max_rows(-1);
+  CHECK(cpu::gemm8_max_rows() == cpu::kGemmDefaultMaxRows);
+}
+
 TEST_CASE("ops: mul_mat quantized weights, every type and level") {
   uint32_t seed = 100;
   for (DType t : kQuantTypes) {
@@ -305,7 +378,8 @@ TEST_CASE("ops: mul_mat 3-D and strided activations") {
   for (DType t : {DType::F32, DType::F16, DType::Q4_0, DType::Q4_K, DType::Q6_K}) {
     check_mul_mat(t, 256, 21, 3, 2, false, seed++);
     check_mul_mat(t, 256, 21, 3, 2, true, seed++);
-    check_mul_mat(t, 256, 21, 5, 2, true, seed++);  // 10 rows: the prefill path
+    check_mul_mat(t, 256, 21, 5, 2, true, seed++);   // 10 rows: gemm8 (the per-row dots for Q6_K)
+    check_mul_mat(t, 256, 21, 20, 2, true, seed++);  // 40 rows: the prefill tiles
   }
 }
 

@@ -62,6 +62,14 @@ struct MatmulKernels {
   // d_lo[8], d_hi[8], cw_lo[8], cw_hi[8].
   void (*tile16_pack[kTypeSlots])(const uint8_t* const* rows, int nrows, int64_t k, uint8_t* tile) = {};
   void (*tile16_dot[kMaxNa])(int64_t k, const uint8_t* tile, const uint8_t* act, size_t act_stride, float* out) = {};
+  // The same two tile products for 8 activation rows at once (fewer reloads of the tile).
+  void (*tile_dot8)(int64_t k, const uint8_t* tile, const uint8_t* act, size_t act_stride, float* out) = nullptr;
+  void (*tile16_dot8)(int64_t k, const uint8_t* tile, const uint8_t* act, size_t act_stride, float* out) = nullptr;
+  // Small batches (VNNI levels): 8 weight rows (rows[r], r < nrows) read in place against na
+  // (1..kGemmMaxNa) activation rows, each weight block decoded once for all of them; out[j * 8 + r].
+  // Activations as the tiles take them: ActQ8, or ActQ8U for the types with tile16_pack.
+  void (*gemm8[kTypeSlots])(const uint8_t* const* rows, int nrows, int64_t k, const uint8_t* act, size_t act_stride,
+                            int na, float* out) = {};
 
   // Row helpers for the other hot ops (attention, rms_norm, swiglu).
   float (*dot_f16_f32)(const uint16_t* a, const float* b, int64_t n) = nullptr;
@@ -81,8 +89,16 @@ struct MatmulKernels {
 };
 
 inline constexpr int kTileRows = 8;
+inline constexpr int kGemmMaxNa = 8;  // activation rows per gemm8 call
 inline constexpr size_t kTileBlockBytes = 32 * kTileRows + 2 * kTileRows * sizeof(float);  // per 32 elements
 inline constexpr size_t kTile16BlockBytes = 32 * kTileRows + 4 * kTileRows * sizeof(float);
+
+// Activation rows up to which mul_mat uses gemm8 (where the level has it) rather than the
+// per-row dots (below 8) or the packed tiles; n < 0 restores the default. For benchmarks and
+// tests; not thread-safe against a running compute.
+inline constexpr int64_t kGemmDefaultMaxRows = 16;
+void set_gemm8_max_rows(int64_t n);
+int64_t gemm8_max_rows();
 
 // The active level's table, or nullptr at kScalar (ops then use their scalar loops).
 const MatmulKernels* active_kernels();

@@ -5,7 +5,9 @@
 // into shared scratch (each thread its share of rows, then a barrier), then threads take
 // chunks of consecutive weight rows from a shared counter; within a chunk every weight row is
 // dotted with activation rows four at a time, so a chunk's weights stay in L1/L2 while the
-// activations stream past.
+// activations stream past. Small batches (gemm8) and prefill (packed tiles) take whole 8-row
+// tiles instead; matmul_path() below picks one of the three by type and row count.
+#include <atomic>
 #include <cmath>
 #include <cstring>
 
@@ -54,25 +56,75 @@ VecDotFn fast_kernel(const MatmulKernels* mk, DType t) {
   return mk != nullptr && id < kTypeSlots ? mk->dot[id][0] : nullptr;
 }
 
-// Prefill of the 32-block types and Q4_K/Q5_K/IQ4_XS on VNNI levels: tiles of 8 weight rows.
-constexpr int64_t kTileMinRows = 8;  // activation rows from which packing tiles pays
+// How a mul_mat of n activation rows multiplies its weights (VNNI levels have all three):
+//   - per-row dots (matmul.h dot[]), up to kMaxNa rows per call: one row (decode), and where
+//     nothing else pays;
+//   - gemm8: 8 weight rows read in place against up to 8 rows at a time (small batches);
+//   - tiles: 8 weight rows packed once, then every activation row streamed past (prefill).
+// The row ranges are measured with kite-decode-kernels (one thread, weights from DRAM and from
+// cache; and the whole op on 2 threads with kite-bench-kernels --gemm-max; bench/RESULTS.md):
+// gemm8 beats the dots from 2 rows (Q4_K: even at 2, ahead from 4) and the packed tiles up to
+// 8 rows for the 32-element types and up to 16 for Q4_K; at 16 rows the 32-element types are
+// even with the tiles, and at about 24 all are. For the types with 16-element scales (Q6_K,
+// Q3_K) the per-row dots beat both up to 24 rows and tie the tiles at 32.
+enum class MatmulPath { kDots, kGemm8, kTiles };
+
+constexpr int64_t kTileMinRows = 8;       // rows from which packed tiles beat the per-row dots
+constexpr int64_t kTile16MinRows = 32;    // the same for the 16-element-scale tiles
+
+std::atomic<int64_t> g_gemm_max_rows{kGemmDefaultMaxRows};
 
 // 0: no tiles; 1: 32-element tiles (tile_pack); 2: 16-element-scale tiles (tile16_pack).
-int tile_kind(const MatmulKernels* mk, DType t, int64_t n) {
+int tile_kind(const MatmulKernels* mk, DType t) {
   const auto id = static_cast<size_t>(t);
-  if (mk == nullptr || n < kTileMinRows || id >= kTypeSlots) return 0;
+  if (mk == nullptr || id >= kTypeSlots) return 0;
   if (mk->tile_pack[id] != nullptr && mk->tile_dot[0] != nullptr) return 1;
   if (mk->tile16_pack[id] != nullptr && mk->tile16_dot[0] != nullptr) return 2;
   return 0;
 }
 
-bool use_tiles(const MatmulKernels* mk, DType t, int64_t n) { return tile_kind(mk, t, n) != 0; }
+MatmulPath matmul_path(const MatmulKernels* mk, DType t, int64_t n) {
+  const int kind = tile_kind(mk, t);
+  if (kind == 0 || n < 2) return MatmulPath::kDots;
+  const bool gemm = mk->gemm8[static_cast<size_t>(t)] != nullptr && kind == 1;
+  if (gemm && n <= g_gemm_max_rows.load(std::memory_order_relaxed)) return MatmulPath::kGemm8;
+  return n >= (kind == 2 ? kTile16MinRows : kTileMinRows) ? MatmulPath::kTiles : MatmulPath::kDots;
+}
 
+// gemm8 and the tiles take their activations in the tiles' format.
 ActFormat act_format_for(const MatmulKernels* mk, DType t, int64_t n) {
-  switch (tile_kind(mk, t, n)) {
-    case 1: return ActFormat::kQ8;
-    case 2: return ActFormat::kQ8U;
-    default: return act_format(t);
+  if (matmul_path(mk, t, n) == MatmulPath::kDots) return act_format(t);
+  return tile_kind(mk, t) == 2 ? ActFormat::kQ8U : ActFormat::kQ8;
+}
+
+// Phase 2 for small batches: chunks of whole 8-row tiles; each tile's rows are multiplied in
+// place by all activation rows, kGemmMaxNa at a time.
+void mul_mat_gemm8(Tensor* dst, const KernelCtx& c, const MatmulKernels& mk, const uint8_t* act, size_t stride) {
+  const Tensor* w = dst->src[0];
+  const int64_t k = w->ne[0], m = w->ne[1], n = dst->ne[1];
+  const auto gemm = mk.gemm8[static_cast<size_t>(w->type)];
+  auto* out0 = static_cast<uint8_t*>(dst->data);
+  const size_t out_stride = dst->nb[1];
+  const int64_t n_tiles = (m + kTileRows - 1) / kTileRows;
+  const int64_t per_chunk = std::max<int64_t>(1, n_tiles / (8 * static_cast<int64_t>(c.nth)));
+  const int64_t n_chunks = (n_tiles + per_chunk - 1) / per_chunk;
+  float r[kGemmMaxNa * kTileRows];
+  for (int64_t ch = c.counter->fetch_add(1, std::memory_order_relaxed); ch < n_chunks;
+       ch = c.counter->fetch_add(1, std::memory_order_relaxed)) {
+    for (int64_t t = ch * per_chunk; t < std::min(n_tiles, (ch + 1) * per_chunk); ++t) {
+      const int64_t i0 = t * kTileRows;
+      const int nrows = static_cast<int>(std::min<int64_t>(kTileRows, m - i0));
+      const uint8_t* rows[kTileRows];
+      for (int rr = 0; rr < nrows; ++rr) rows[rr] = w->row_ptr(i0 + rr);
+      for (int64_t j0 = 0; j0 < n; j0 += kGemmMaxNa) {
+        const int na = static_cast<int>(std::min<int64_t>(kGemmMaxNa, n - j0));
+        gemm(rows, nrows, k, act + static_cast<size_t>(j0) * stride, stride, na, r);
+        for (int jj = 0; jj < na; ++jj) {
+          float* o = reinterpret_cast<float*>(out0 + static_cast<size_t>(j0 + jj) * out_stride) + i0;
+          for (int rr = 0; rr < nrows; ++rr) o[rr] = r[jj * kTileRows + rr];
+        }
+      }
+    }
   }
 }
 
@@ -81,9 +133,10 @@ ActFormat act_format_for(const MatmulKernels* mk, DType t, int64_t n) {
 void mul_mat_tiled(Tensor* dst, const KernelCtx& c, const MatmulKernels& mk, const uint8_t* act, size_t stride) {
   const Tensor* w = dst->src[0];
   const int64_t k = w->ne[0], m = w->ne[1], n = dst->ne[1];
-  const bool t16 = tile_kind(&mk, w->type, n) == 2;
+  const bool t16 = tile_kind(&mk, w->type) == 2;
   const auto pack = t16 ? mk.tile16_pack[static_cast<size_t>(w->type)] : mk.tile_pack[static_cast<size_t>(w->type)];
   const auto* tdot = t16 ? mk.tile16_dot : mk.tile_dot;
+  const auto tdot8 = t16 ? mk.tile16_dot8 : mk.tile_dot8;
   const size_t tile_bytes = static_cast<size_t>(k / 32) * (t16 ? kTile16BlockBytes : kTileBlockBytes);
   std::vector<float>& scratch = *c.scratch;
   if (scratch.size() * sizeof(float) < tile_bytes) scratch.resize(tile_bytes / sizeof(float) + 1);
@@ -91,7 +144,7 @@ void mul_mat_tiled(Tensor* dst, const KernelCtx& c, const MatmulKernels& mk, con
   auto* out0 = static_cast<uint8_t*>(dst->data);
   const size_t out_stride = dst->nb[1];
   const int64_t n_tiles = (m + kTileRows - 1) / kTileRows;
-  float r[kMaxNa * kTileRows];
+  float r[8 * kTileRows];
   for (int64_t t = c.counter->fetch_add(1, std::memory_order_relaxed); t < n_tiles;
        t = c.counter->fetch_add(1, std::memory_order_relaxed)) {
     const int64_t i0 = t * kTileRows;
@@ -99,9 +152,9 @@ void mul_mat_tiled(Tensor* dst, const KernelCtx& c, const MatmulKernels& mk, con
     const uint8_t* rows[kTileRows];
     for (int rr = 0; rr < nrows; ++rr) rows[rr] = w->row_ptr(i0 + rr);
     pack(rows, nrows, k, tile);
-    for (int64_t j0 = 0; j0 < n; j0 += kMaxNa) {
-      const int na = static_cast<int>(std::min<int64_t>(kMaxNa, n - j0));
-      tdot[na - 1](k, tile, act + static_cast<size_t>(j0) * stride, stride, r);
+    for (int64_t j0 = 0, na = 0; j0 < n; j0 += na) {
+      na = n - j0 >= 8 && tdot8 != nullptr ? 8 : std::min<int64_t>(kMaxNa, n - j0);
+      (na == 8 ? tdot8 : tdot[na - 1])(k, tile, act + static_cast<size_t>(j0) * stride, stride, r);
       for (int jj = 0; jj < na; ++jj) {
         float* o = reinterpret_cast<float*>(out0 + static_cast<size_t>(j0 + jj) * out_stride) + i0;
         for (int rr = 0; rr < nrows; ++rr) o[rr] = r[jj * kTileRows + rr];
@@ -118,6 +171,9 @@ int64_t gemv_chunk_rows(int64_t m, int nth) {
 }
 
 }  // namespace
+
+void set_gemm8_max_rows(int64_t n) { g_gemm_max_rows.store(n < 0 ? kGemmDefaultMaxRows : n, std::memory_order_relaxed); }
+int64_t gemm8_max_rows() { return g_gemm_max_rows.load(std::memory_order_relaxed); }
 
 const MatmulKernels* active_kernels() { return kernels_for(active_simd_level()); }
 const MatmulKernels* matmul_kernels_for(SimdLevel level) { return kernels_for(level); }
@@ -222,7 +278,7 @@ void op_mul_mat(Tensor* dst, const KernelCtx& c) {
     return;
   }
   const int64_t k = w->ne[0], m = w->ne[1], n = x->n_rows();
-  const bool tiled = use_tiles(mk, w->type, n);
+  const MatmulPath path = matmul_path(mk, w->type, n);
   const ActFormat f = act_format_for(mk, w->type, n);
 
   // Phase 1: activations in the kernel's format. One row (decode): every thread quantizes it
@@ -248,7 +304,7 @@ void op_mul_mat(Tensor* dst, const KernelCtx& c) {
   if (f == ActFormat::kF32 && uniform_rows(x)) {
     act = static_cast<const uint8_t*>(x->data);
     stride = x->nb[1];
-  } else if (n == 1 && !tiled) {
+  } else if (n == 1 && path == MatmulPath::kDots) {
     stride = act_row_bytes(f, k);
     std::vector<float>& scratch = *c.scratch;
     if (scratch.size() * sizeof(float) < stride) scratch.resize(stride / sizeof(float) + 1);
@@ -264,7 +320,11 @@ void op_mul_mat(Tensor* dst, const KernelCtx& c) {
     act = buf;
   }
 
-  if (tiled) {
+  if (path == MatmulPath::kGemm8) {
+    mul_mat_gemm8(dst, c, *mk, act, stride);
+    return;
+  }
+  if (path == MatmulPath::kTiles) {
     mul_mat_tiled(dst, c, *mk, act, stride);
     return;
   }
