@@ -44,6 +44,7 @@ struct Job {
   int64_t row_len;   // elements per row as processed (1 for a permuted bias)
   int64_t n_rows;
   int64_t n_head;    // > 0: permute rows
+  const std::vector<float>* importance = nullptr;  // per column, or null
 };
 
 // Converts one tensor into `out` (row_size(out_type, row_len) * n_rows bytes).
@@ -65,6 +66,8 @@ Status convert_tensor(const Job& job, uint8_t* out, int threads) {
       uint8_t* dst = out + static_cast<size_t>(r) * out_row;
       Status st = job.in->type == job.out_type ? Status() : quant::dequantize_row(job.in->type, in, buf.data(), job.row_len);
       if (st.ok() && job.in->type == job.out_type) std::copy(in, in + in_row, dst);
+      else if (st.ok() && job.importance != nullptr)
+        st = quant::quantize_rows_importance(job.out_type, buf.data(), dst, 1, job.row_len, job.importance->data());
       else if (st.ok()) st = quant::quantize_row(job.out_type, buf.data(), dst, job.row_len);
       if (!st.ok()) {
         std::lock_guard<std::mutex> lock(mu);
@@ -84,6 +87,27 @@ Status convert_tensor(const Job& job, uint8_t* out, int threads) {
     for (auto& t : pool) t.join();
   }
   return first;
+}
+
+// Looks up the tensor's importance for a quantized output type (stats count what happened).
+Status attach_importance(const ConvertOptions& opt, const TensorInfo& t, Job* job, ConvertStats* stats) {
+  if (opt.importance == nullptr || !quant::find_traits(job->out_type)->is_quantized || job->out_type == t.type)
+    return ok_status();
+  auto it = opt.importance->find(t.name);
+  if (it == opt.importance->end() || !quant::uses_weights(job->out_type) || t.ne.size() != 2) {
+    ++stats->n_unweighted;
+    if (opt.log)
+      opt.log(it == opt.importance->end() ? "note: " + t.name + ": no importance data; quantized without"
+                                          : "note: " + t.name + ": " + type_name(job->out_type) +
+                                                " ignores importance data");
+    return ok_status();
+  }
+  if (static_cast<int64_t>(it->second.size()) != t.ne[0])
+    return make_error("importance data for tensor '", t.name, "' has ", it->second.size(), " columns, the tensor has ",
+                      t.ne[0], " (an importance matrix of another model?)");
+  job->importance = &it->second;
+  ++stats->n_weighted;
+  return ok_status();
 }
 
 }  // namespace
@@ -145,6 +169,7 @@ Result<ConvertStats> convert_model(const WeightSource& src, const std::string& o
     const TensorInfo& t = tensors[i];
     Job job{&t, plan[i].type, t.ne[0], 1, permute_heads(src, arch, t)};
     for (size_t d = 1; d < t.ne.size(); ++d) job.n_rows *= t.ne[d];
+    KITE_TRY(attach_importance(opt, t, &job, &stats));
     if (job.n_head > 0) {
       if (t.ne.size() == 1) std::swap(job.row_len, job.n_rows);  // a bias: each element is a row
       if (job.n_rows % (2 * job.n_head) != 0)

@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -35,6 +36,11 @@ struct ConvertOptions {
   // by name within each); when false, the source's order (convert_hf_to_gguf keeps it). The
   // per-layer rules of the mixes count layers in this order, as llama.cpp does.
   bool llama_quantize_order = false;
+  // Per-column importance by tensor name (an importance matrix, see src/runtime/imatrix.h:
+  // mean squared activation of each input column). Tensors found here are quantized minimizing
+  // the importance-weighted error (quant::quantize_rows_importance) when their type uses weights;
+  // a length different from the tensor's row length is an error. Not owned; may be null.
+  const std::map<std::string, std::vector<float>>* importance = nullptr;
   // Called after each tensor with bytes of source data processed so far and in total.
   std::function<void(uint64_t done, uint64_t total)> progress;
   // One line per tensor ("blk.0.attn_v.weight: f16 -> q6_K") and warnings; may be empty.
@@ -45,6 +51,8 @@ struct ConvertStats {
   size_t n_tensors = 0;
   size_t n_permuted = 0;   // attn_q / attn_k tensors whose rows were reordered
   size_t n_fallback = 0;   // tensors whose rule type did not fit their rows
+  size_t n_weighted = 0;   // tensors quantized with importance weights
+  size_t n_unweighted = 0; // importance given, but the tensor's type ignores it or it has no entry
   uint64_t bytes_in = 0;   // tensor data read
   uint64_t bytes_out = 0;  // tensor data written (without padding)
   uint32_t file_type = 0;

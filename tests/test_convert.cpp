@@ -5,13 +5,17 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <cstdio>
 #include <fstream>
+#include <map>
+#include <sstream>
 #include <nlohmann/json.hpp>
 
 #include "formats/convert.h"
 #include "formats/gguf.h"
 #include "formats/quant_mix.h"
 #include "src/model/model.h"
+#include "src/runtime/imatrix.h"
 #include "src/runtime/perplexity.h"
 #include "src/runtime/tokenizer.h"
 #include "tests/process.h"
@@ -303,4 +307,191 @@ TEST_CASE("quantize: CLI errors leave no output file behind") {
   CHECK(cf.find_tensor("blk.0.attn_q.weight")->type == quant::Type::Q8_0);
   CHECK(cf.find_tensor("blk.0.attn_norm.weight")->type == quant::Type::F32);
   CHECK(!dir_has_temp_files(dir));
+}
+
+// --- Importance matrices (kite imatrix, quantize --imatrix, --sensitivity) ----------------------
+
+namespace {
+
+// Tokens of the first `bytes` of the training corpus (Shakespeare), BOS first.
+std::vector<TokenId> corpus_tokens(const Tokenizer& tok, size_t bytes) {
+  std::string text = read_file(testdata("corpus/tinyshakespeare.txt"));
+  text.resize(std::min(text.size(), bytes));
+  EncodeOptions eo;
+  eo.add_special = false;
+  std::vector<TokenId> ids = tok.encode(text, eo);
+  ids.insert(ids.begin(), tok.bos());
+  return ids;
+}
+
+ImatrixRun draft_imatrix(int64_t chunks, int64_t n_ctx, bool include_output) {
+  auto src = WeightSource::open(testdata("gguf/llama-draft-f16.gguf"));
+  REQUIRE_MESSAGE(src.ok(), src.error().message);
+  auto tok = Tokenizer::load((*src)->metadata());
+  REQUIRE_MESSAGE(tok.ok(), tok.error().message);
+  auto model = Model::from_source(std::move(*src));
+  REQUIRE_MESSAGE(model.ok(), model.error().message);
+  const std::vector<TokenId> ids = corpus_tokens(**tok, static_cast<size_t>(chunks * n_ctx * 6));
+  REQUIRE(static_cast<int64_t>(ids.size()) >= chunks * n_ctx);
+  ImatrixOptions opt;
+  opt.n_ctx = n_ctx;
+  opt.max_chunks = chunks;
+  opt.n_threads = 2;
+  opt.include_output = include_output;
+  opt.dataset = "tinyshakespeare.txt";
+  auto run = compute_imatrix(*model, ids, (*tok)->bos(), opt);
+  REQUIRE_MESSAGE(run.ok(), run.error().message);
+  return std::move(*run);
+}
+
+}  // namespace
+
+TEST_CASE("imatrix: llama-draft over a corpus slice gives every matmul weight, its token count and positive sums, and round-trips") {
+  const ImatrixRun run = draft_imatrix(4, 128, /*include_output=*/true);
+  const Imatrix& m = run.imatrix;
+  // 2 layers x 7 matmul weights, plus the tied output projection (token_embd).
+  CHECK(m.entries.size() == 15);
+  for (int l = 0; l < 2; ++l)
+    for (const char* w : {"attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"}) {
+      const std::string name = "blk." + std::to_string(l) + "." + w + ".weight";
+      auto it = m.entries.find(name);
+      REQUIRE_MESSAGE(it != m.entries.end(), name);
+      CHECK(it->second.count == 4 * 128);
+      CHECK(it->second.sum2.size() == (std::string(w) == "ffn_down" ? 768u : 256u));
+      for (double v : it->second.sum2) REQUIRE_MESSAGE((std::isfinite(v) && v > 0), name);
+    }
+  REQUIRE(m.entries.count("token_embd.weight") == 1);
+  CHECK(m.entries.at("token_embd.weight").count == 4 * 128);
+  // q, k and v read the same normed input: the same sums.
+  CHECK(m.entries.at("blk.1.attn_q.weight").sum2 == m.entries.at("blk.1.attn_v.weight").sum2);
+  CHECK(m.chunk_count == 4);
+  CHECK(m.chunk_size == 128);
+  CHECK(run.ppl > 1.0);
+  CHECK(run.ppl < 100.0);
+
+  // Saved in llama.cpp's layout and read back.
+  const fs::path dir = scratch_dir("imatrix-roundtrip");
+  const std::string path = (dir / "draft.imatrix.gguf").string();
+  REQUIRE(save_imatrix(m, path).ok());
+  const gguf::File f = open_gguf(path);
+  CHECK(*f.metadata().get<std::string>("general.type") == "imatrix");
+  CHECK(*f.metadata().get_int("imatrix.chunk_count") == 4);
+  CHECK(*f.metadata().get_int("imatrix.chunk_size") == 128);
+  CHECK(f.metadata().get_array<std::string>("imatrix.datasets")->at(0) == "tinyshakespeare.txt");
+  CHECK(f.tensors().size() == 30);
+  CHECK(f.tensors()[0].name == "blk.0.attn_k.weight.in_sum2");  // name order
+  CHECK(f.tensors()[1].name == "blk.0.attn_k.weight.counts");
+  CHECK(f.find_tensor("blk.0.ffn_down.weight.in_sum2")->ne == std::vector<int64_t>{768, 1});
+  auto back = load_imatrix(path);
+  REQUIRE_MESSAGE(back.ok(), back.error().message);
+  CHECK(back->entries.size() == m.entries.size());
+  for (const auto& [name, e] : m.entries) {
+    const ImatrixEntry& b = back->entries.at(name);
+    CHECK(b.count == e.count);
+    REQUIRE(b.sum2.size() == e.sum2.size());
+    for (size_t j = 0; j < e.sum2.size(); ++j) CHECK(b.sum2[j] == static_cast<double>(static_cast<float>(e.sum2[j])));
+  }
+  const auto imp = back->importance();
+  CHECK(imp.at("blk.0.ffn_down.weight")[5] ==
+        doctest::Approx(m.entries.at("blk.0.ffn_down.weight").sum2[5] / 512).epsilon(1e-6));
+
+  // Files that are not importance matrices are refused with the reason.
+  auto bad = load_imatrix(testdata("gguf/llama-draft-f16.gguf"));
+  REQUIRE(!bad.ok());
+  CHECK(bad.error().message.find("in_sum2") != std::string::npos);
+  CHECK(!load_imatrix((dir / "missing.gguf").string()).ok());
+}
+
+// The direction of the gain, on real data: llama-draft quantized to q2_K (every matrix, where
+// the gain is largest) with an importance matrix from 16 chunks of the training corpus scores a
+// lower perplexity on the first 20 KB of the held-out text than without. Measured: 39.19 plain,
+// 38.78 weighted (-1.05%); the margin asserted (-0.5%) is about half of it.
+TEST_CASE("quantize: --imatrix lowers held-out perplexity at q2_K") {
+  const ImatrixRun run = draft_imatrix(16, 256, /*include_output=*/true);
+  const auto importance = run.imatrix.importance();
+  const fs::path dir = scratch_dir("quantize-imatrix");
+  const std::string f16 = testdata("gguf/llama-draft-f16.gguf");
+  auto src = WeightSource::open(f16);
+  REQUIRE(src.ok());
+  auto quantize = [&](const std::string& out, const std::map<std::string, std::vector<float>>* imp) {
+    ConvertOptions opt;
+    opt.type = "q2_K";
+    opt.threads = 2;
+    opt.llama_quantize_order = true;
+    opt.importance = imp;
+    auto st = convert_model(**src, (dir / out).string(), opt);
+    REQUIRE_MESSAGE(st.ok(), st.error().message);
+    return *st;
+  };
+  const ConvertStats plain = quantize("plain.gguf", nullptr);
+  const ConvertStats weighted = quantize("weighted.gguf", &importance);
+  CHECK(plain.n_weighted == 0);
+  CHECK(weighted.n_weighted == 15);  // 14 block matrices + token_embd (the tied output)
+  CHECK(weighted.bytes_out == plain.bytes_out);
+  const double p_plain = ppl((dir / "plain.gguf").string(), 20000);
+  const double p_weighted = ppl((dir / "weighted.gguf").string(), 20000);
+  MESSAGE("llama-draft q2_K, held-out[0:20000] ppl: plain ", p_plain, ", with imatrix ", p_weighted);
+  CHECK(p_weighted < p_plain * 0.995);
+
+  // An importance matrix of another shape is refused, naming the tensor.
+  std::map<std::string, std::vector<float>> wrong = importance;
+  wrong["blk.0.ffn_up.weight"].resize(100, 1.0f);
+  ConvertOptions opt;
+  opt.type = "q4_K";
+  opt.importance = &wrong;
+  auto bad = convert_model(**src, (dir / "bad.gguf").string(), opt);
+  REQUIRE(!bad.ok());
+  CHECK(bad.error().message.find("blk.0.ffn_up.weight") != std::string::npos);
+  CHECK(!fs::exists(dir / "bad.gguf"));
+}
+
+TEST_CASE("imatrix and quantize --imatrix / --sensitivity from the command line") {
+  const fs::path dir = scratch_dir("imatrix-cli");
+  const std::string f16 = testdata("gguf/llama-draft-f16.gguf");
+  const std::string imat = (dir / "draft.imatrix.gguf").string();
+  auto r = run_kite({"imatrix", "-m", f16, "-f", testdata("corpus/tinyshakespeare.txt"), "--chunks", "2", "-c", "128",
+                     "-t", "2", "-o", imat});
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  CHECK(r.out.find("14 weights, 2 chunks of 128 tokens") != std::string::npos);
+  r = run_kite({"quantize", f16, (dir / "q3.gguf").string(), "Q3_K_M", "--imatrix", imat, "-t", "2"});
+  CHECK_MESSAGE(r.exit_code == 0, r.err);
+  CHECK(r.err.find("14 tensors quantized with importance, 1 without") != std::string::npos);
+  r = run_kite({"quantize", f16, (dir / "q3.gguf").string(), "Q3_K_M", "--imatrix", f16});
+  CHECK(r.exit_code == 1);
+  CHECK(r.err.find("in_sum2") != std::string::npos);
+
+  // One row per group (llama-draft ties the output to token_embd: 8 groups), sorted by cost.
+  const std::string text = testdata("heldout.txt");
+  r = run_kite({"quantize", "--sensitivity", "-f", text, f16, "q2_K", "--chunks", "2", "-c", "128", "-t", "2"});
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  MESSAGE(r.out);
+  int rows = 0;
+  double last = INFINITY;
+  for (const char* g : {"attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down", "token_embd"}) {
+    const size_t at = r.out.find(std::string("\n") + g + " ");
+    CHECK_MESSAGE(at != std::string::npos, g);
+    rows += at != std::string::npos;
+  }
+  CHECK(rows == 8);
+  CHECK(r.out.find("base ") != std::string::npos);
+  std::istringstream lines(r.out);
+  std::string line;
+  int data_rows = 0;
+  while (std::getline(lines, line)) {
+    char name[64];
+    int n = 0;
+    double p = 0;
+    if (std::sscanf(line.c_str(), "%63s %d %lf", name, &n, &p) != 3) continue;
+    CHECK(p <= last);  // costliest first
+    last = p;
+    ++data_rows;
+  }
+  CHECK(data_rows == 8);
+  r = run_kite({"quantize", "--sensitivity", "--per-layer", "-f", text, f16, "q4_K", "--chunks", "1", "-c", "64"});
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  CHECK(r.out.find("\nblk.1.ffn_down ") != std::string::npos);
+  CHECK(r.out.find("\nblk.0.attn_q ") != std::string::npos);
+  r = run_kite({"quantize", "--sensitivity", f16, "q4_K"});
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.find("-f") != std::string::npos);
 }

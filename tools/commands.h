@@ -21,6 +21,7 @@ using Action = std::function<int()>;
 void register_inspect(CLI::App& app, Action* run);
 void register_convert(CLI::App& app, Action* run);
 void register_quantize(CLI::App& app, Action* run);
+void register_imatrix(CLI::App& app, Action* run);
 void register_tokenize(CLI::App& app, Action* run);
 void register_template(CLI::App& app, Action* run);
 void register_run(CLI::App& app, Action* run);

@@ -14,6 +14,7 @@ int main(int argc, char** argv) {
   kite::tools::register_inspect(app, &run);
   kite::tools::register_convert(app, &run);
   kite::tools::register_quantize(app, &run);
+  kite::tools::register_imatrix(app, &run);
   kite::tools::register_tokenize(app, &run);
   kite::tools::register_template(app, &run);
   kite::tools::register_run(app, &run);

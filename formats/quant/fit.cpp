@@ -157,7 +157,7 @@ float fit_grid_scale_positive(const float* x, const float* w, int n, const Grid&
   return fit_impl(x, w, n, g, idx, win, /*both_signs=*/false);
 }
 
-AffineFit fit_affine(const float* x, int n, int qmax, bool offset_nonpositive, uint8_t* q) {
+AffineFit fit_affine(const float* x, const float* w, int n, int qmax, bool offset_nonpositive, uint8_t* q) {
   if (n <= 0 || n > 256) return {};  // blocks are 16 or 32 elements
   float mn = x[0], mx = x[0];
   for (int i = 1; i < n; ++i) {
@@ -171,10 +171,12 @@ AffineFit fit_affine(const float* x, int n, int qmax, bool offset_nonpositive, u
     return {0.0f, mn, 0.0};
   }
   const double range = static_cast<double>(mx) - mn;
-  double sx = 0, sx2 = 0;
+  double sw = 0, sx = 0, sx2 = 0;
   for (int i = 0; i < n; ++i) {
-    sx += x[i];
-    sx2 += static_cast<double>(x[i]) * x[i];
+    const double wi = w ? w[i] : 1.0;
+    sw += wi;
+    sx += wi * x[i];
+    sx2 += wi * x[i] * x[i];
   }
 
   AffineFit best;
@@ -182,38 +184,37 @@ AffineFit fit_affine(const float* x, int n, int qmax, bool offset_nonpositive, u
   uint8_t cur[256] = {};
   // Candidate starts: the range split into qmax + delta steps, as delta sweeps -1 .. 1.5.
   constexpr int kStarts = 7;
-  for (int c = 0; c < kStarts; ++c) {
+  for (int c = 0; c < kStarts && sw > 0; ++c) {
     const double delta = -1.0 + 2.5 * c / (kStarts - 1);
     float inv = static_cast<float>((qmax + delta) / range), off = mn;
-    // Alternate: round to the codes of (inv, off), then the least-squares (scale, offset) of
-    // those codes, until the codes stop changing.
+    // Alternate: round to the codes of (inv, off), then the weighted least-squares (scale,
+    // offset) of those codes, until the codes stop changing.
     for (int it = 0; it < 4; ++it) {
       bool changed = false;
-      int sq = 0, sq2 = 0;
-      float sxq = 0;
+      double sq = 0, sq2 = 0, sxq = 0;
       for (int i = 0; i < n; ++i) {
         const int k = round_clamp((x[i] - off) * inv, 0, qmax);
         changed |= k != cur[i];
         cur[i] = static_cast<uint8_t>(k);
-        sq += k;
-        sq2 += k * k;
-        sxq += x[i] * static_cast<float>(k);
+        const double wi = w ? w[i] : 1.0;
+        sq += wi * k;
+        sq2 += wi * k * k;
+        sxq += wi * x[i] * k;
       }
       if (it > 0 && !changed) break;
-      const double det = static_cast<double>(n) * sq2 - static_cast<double>(sq) * sq;
-      if (det <= 0) break;  // all codes equal: the scale is undetermined
-      double s = (n * sxq - sx * sq) / det;
-      double o = (sx - s * sq) / n;
+      const double det = sw * sq2 - sq * sq;
+      if (!(det > 1e-12 * sw * sq2)) break;  // all (weighted) codes equal: the scale is undetermined
+      double s = (sw * sxq - sx * sq) / det;
+      double o = (sx - s * sq) / sw;
       if (offset_nonpositive && o > 0) {
         o = 0;
-        s = sxq / static_cast<double>(sq2);
+        s = sxq / sq2;
       }
       if (!(s > 0)) break;
       const float sf = static_cast<float>(s), of = static_cast<float>(o);
-      // sum (x - s q - o)^2 expanded over the sums (for the float s, o actually stored).
+      // sum w (x - s q - o)^2 expanded over the sums (for the float s, o actually stored).
       const double ds = sf, dof = of;
-      const double err = sx2 - 2 * ds * sxq - 2 * dof * sx + ds * ds * sq2 + 2 * ds * dof * sq +
-                         n * dof * dof;
+      const double err = sx2 - 2 * ds * sxq - 2 * dof * sx + ds * ds * sq2 + 2 * ds * dof * sq + sw * dof * dof;
       if (err < best.err) {
         best = {sf, of, std::max(err, 0.0)};
         std::copy(cur, cur + n, q);
@@ -228,7 +229,7 @@ AffineFit fit_affine(const float* x, int n, int qmax, bool offset_nonpositive, u
     double err = 0;
     for (int i = 0; i < n; ++i) {
       const double e = static_cast<double>(x[i]) - (static_cast<double>(s) * q[i] + mn);
-      err += e * e;
+      err += (w ? w[i] : 1.0) * e * e;
     }
     best = {s, mn, err};
   }

@@ -1,8 +1,9 @@
 // kite/formats/quant/fit.h — least-squares searches the reference quantizers share (internal).
 //
-// Every quantizer here minimizes the plain squared error sum((x - y)^2) of its block (optionally
-// weighted where a fit is a step of a larger fit, e.g. choosing sub-block scale codes). Two
-// shapes of problem occur:
+// Every quantizer here minimizes the squared error sum(w * (x - y)^2) of its block: w == nullptr
+// means all ones (the plain error, bit for bit the same result as weights of 1), and an
+// importance matrix (kite imatrix) or a larger fit (choosing sub-block scale codes) supplies
+// other weights. Two shapes of problem occur:
 //   - scale fits, x ~ d * g[idx] for a code book g (uniform integers or IQ4's table): solved by
 //     an exact sweep over the inverse scale (fit_grid_scale);
 //   - affine fits, x ~ s * q + o for integer q in 0..qmax: multi-start alternating least squares
@@ -49,13 +50,14 @@ float fit_grid_scale_positive(const float* x, const float* w, int n, const Grid&
 // Affine fit x ~ s * q + o, q in 0..qmax, s >= 0. With `offset_nonpositive` the offset is kept
 // <= 0 (the K-quants store it as a subtracted non-negative min). Multi-start: candidate scales
 // (max - min) / (qmax + delta) each refined by alternating rounding and least squares.
-// Writes q; returns the squared error.
+// Minimizes sum w[i] * (x[i] - s q[i] - o)^2 (w == nullptr: all 1; weights must be >= 0).
+// Writes q; returns the (weighted) squared error.
 struct AffineFit {
   float scale = 0;
   float offset = 0;
   double err = 0;
 };
-AffineFit fit_affine(const float* x, int n, int qmax, bool offset_nonpositive, uint8_t* q);
+AffineFit fit_affine(const float* x, const float* w, int n, int qmax, bool offset_nonpositive, uint8_t* q);
 
 // Squared error of x against y (double accumulation so huge values do not overflow).
 double sq_error(const float* x, const float* y, int n);

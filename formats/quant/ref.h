@@ -30,6 +30,23 @@ KITE_QUANT_REF_TYPE(q8_k)
 KITE_QUANT_REF_TYPE(iq4_nl)
 KITE_QUANT_REF_TYPE(iq4_xs)
 
+// Weighted variants: minimize sum w[i] * (x[i] - y[i])^2 (w: n weights >= 0; nullptr gives the
+// unweighted quantizer's bytes).
+#define KITE_QUANT_REF_WEIGHTED(name) void quantize_##name##_w(const float* src, void* dst, int64_t n, const float* w);
+
+KITE_QUANT_REF_WEIGHTED(q4_0)
+KITE_QUANT_REF_WEIGHTED(q4_1)
+KITE_QUANT_REF_WEIGHTED(q5_0)
+KITE_QUANT_REF_WEIGHTED(q5_1)
+KITE_QUANT_REF_WEIGHTED(q2_k)
+KITE_QUANT_REF_WEIGHTED(q3_k)
+KITE_QUANT_REF_WEIGHTED(q4_k)
+KITE_QUANT_REF_WEIGHTED(q5_k)
+KITE_QUANT_REF_WEIGHTED(q6_k)
+KITE_QUANT_REF_WEIGHTED(iq4_nl)
+KITE_QUANT_REF_WEIGHTED(iq4_xs)
+
+#undef KITE_QUANT_REF_WEIGHTED
 #undef KITE_QUANT_REF_TYPE
 
 }  // namespace kite::quant::ref

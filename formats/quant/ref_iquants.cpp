@@ -39,13 +39,15 @@ void dequantize_iq4_nl(const void* src, float* dst, int64_t n) {
   }
 }
 
-void quantize_iq4_nl(const float* src, void* dst, int64_t n) {
+void quantize_iq4_nl(const float* src, void* dst, int64_t n) { quantize_iq4_nl_w(src, dst, n, nullptr); }
+
+void quantize_iq4_nl_w(const float* src, void* dst, int64_t n, const float* w) {
   auto* b = static_cast<BlockIQ4_NL*>(dst);
   const fit::Grid& g = iq4_grid();
-  for (int64_t i = 0; i < n / kQK4_NL; ++i, src += kQK4_NL) {
+  for (int64_t i = 0; i < n / kQK4_NL; ++i, src += kQK4_NL, w = w ? w + kQK4_NL : nullptr) {
     uint8_t q[32];
-    const float d = fit::fit_grid_scale(src, nullptr, 32, g, q, window_for(g));
-    b[i].d = finalize_half_scale(src, 32, g, d, q);
+    const float d = fit::fit_grid_scale(src, w, 32, g, q, window_for(g));
+    b[i].d = finalize_half_scale(src, w, 32, g, d, q);
     pack_nibbles(q, b[i].qs);
   }
 }
@@ -67,13 +69,15 @@ void dequantize_iq4_xs(const void* src, float* dst, int64_t n) {
   }
 }
 
-void quantize_iq4_xs(const float* src, void* dst, int64_t n) {
+void quantize_iq4_xs(const float* src, void* dst, int64_t n) { quantize_iq4_xs_w(src, dst, n, nullptr); }
+
+void quantize_iq4_xs_w(const float* src, void* dst, int64_t n, const float* w) {
   auto* b = static_cast<BlockIQ4_XS*>(dst);
   static const fit::Grid codes = fit::uniform_grid(-32, 31);
   const SymmetricSpec spec{8, 32, &iq4_grid(), -32, 31, &codes};
-  for (int64_t i = 0; i < n / kQK_K; ++i, src += kQK_K) {
+  for (int64_t i = 0; i < n / kQK_K; ++i, src += kQK_K, w = w ? w + kQK_K : nullptr) {
     SymmetricCodes c;
-    quantize_symmetric_superblock(src, spec, &c);
+    quantize_symmetric_superblock(src, w, spec, &c);
     b[i].d = c.d;
     // Scale codes ls = sc + 32 (6 bits): low nibbles two per byte, high 2 bits in scales_h.
     b[i].scales_h = 0;

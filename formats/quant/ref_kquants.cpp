@@ -52,13 +52,15 @@ void dequantize_q2_k(const void* src, float* dst, int64_t n) {
   }
 }
 
-void quantize_q2_k(const float* src, void* dst, int64_t n) {
+void quantize_q2_k(const float* src, void* dst, int64_t n) { quantize_q2_k_w(src, dst, n, nullptr); }
+
+void quantize_q2_k_w(const float* src, void* dst, int64_t n, const float* w) {
   auto* b = static_cast<BlockQ2_K*>(dst);
   static const fit::Grid codes = fit::uniform_grid(0, 15);
   const AffineSpec spec{16, 16, 3, 15, &codes};
-  for (int64_t i = 0; i < n / kQK_K; ++i, src += kQK_K) {
+  for (int64_t i = 0; i < n / kQK_K; ++i, src += kQK_K, w = w ? w + kQK_K : nullptr) {
     AffineCodes c;
-    quantize_affine_superblock(src, spec, &c);
+    quantize_affine_superblock(src, w, spec, &c);
     b[i].d = c.d;
     b[i].dmin = c.dmin;
     for (int s = 0; s < 16; ++s) b[i].scales[s] = static_cast<uint8_t>(c.sc[s] | (c.mc[s] << 4));
@@ -84,13 +86,15 @@ void dequantize_q3_k(const void* src, float* dst, int64_t n) {
   }
 }
 
-void quantize_q3_k(const float* src, void* dst, int64_t n) {
+void quantize_q3_k(const float* src, void* dst, int64_t n) { quantize_q3_k_w(src, dst, n, nullptr); }
+
+void quantize_q3_k_w(const float* src, void* dst, int64_t n, const float* w) {
   auto* b = static_cast<BlockQ3_K*>(dst);
   static const fit::Grid grid = fit::uniform_grid(-4, 3), codes = fit::uniform_grid(-32, 31);
   const SymmetricSpec spec{16, 16, &grid, -32, 31, &codes};
-  for (int64_t i = 0; i < n / kQK_K; ++i, src += kQK_K) {
+  for (int64_t i = 0; i < n / kQK_K; ++i, src += kQK_K, w = w ? w + kQK_K : nullptr) {
     SymmetricCodes c;
-    quantize_symmetric_superblock(src, spec, &c);
+    quantize_symmetric_superblock(src, w, spec, &c);
     b[i].d = c.d;
     int8_t sc[16];
     for (int s = 0; s < 16; ++s) sc[s] = static_cast<int8_t>(c.sc[s]);
@@ -123,13 +127,15 @@ void dequantize_q4_k(const void* src, float* dst, int64_t n) {
   }
 }
 
-void quantize_q4_k(const float* src, void* dst, int64_t n) {
+void quantize_q4_k(const float* src, void* dst, int64_t n) { quantize_q4_k_w(src, dst, n, nullptr); }
+
+void quantize_q4_k_w(const float* src, void* dst, int64_t n, const float* w) {
   auto* b = static_cast<BlockQ4_K*>(dst);
   static const fit::Grid codes = fit::uniform_grid(0, 63);
   const AffineSpec spec{8, 32, 15, 63, &codes};
-  for (int64_t i = 0; i < n / kQK_K; ++i, src += kQK_K) {
+  for (int64_t i = 0; i < n / kQK_K; ++i, src += kQK_K, w = w ? w + kQK_K : nullptr) {
     AffineCodes c;
-    quantize_affine_superblock(src, spec, &c);
+    quantize_affine_superblock(src, w, spec, &c);
     b[i].d = c.d;
     b[i].dmin = c.dmin;
     pack_q4_k_scale_min(c.sc, c.mc, b[i].scales);
@@ -157,13 +163,15 @@ void dequantize_q5_k(const void* src, float* dst, int64_t n) {
   }
 }
 
-void quantize_q5_k(const float* src, void* dst, int64_t n) {
+void quantize_q5_k(const float* src, void* dst, int64_t n) { quantize_q5_k_w(src, dst, n, nullptr); }
+
+void quantize_q5_k_w(const float* src, void* dst, int64_t n, const float* w) {
   auto* b = static_cast<BlockQ5_K*>(dst);
   static const fit::Grid codes = fit::uniform_grid(0, 63);
   const AffineSpec spec{8, 32, 31, 63, &codes};
-  for (int64_t i = 0; i < n / kQK_K; ++i, src += kQK_K) {
+  for (int64_t i = 0; i < n / kQK_K; ++i, src += kQK_K, w = w ? w + kQK_K : nullptr) {
     AffineCodes c;
-    quantize_affine_superblock(src, spec, &c);
+    quantize_affine_superblock(src, w, spec, &c);
     b[i].d = c.d;
     b[i].dmin = c.dmin;
     pack_q4_k_scale_min(c.sc, c.mc, b[i].scales);
@@ -191,13 +199,15 @@ void dequantize_q6_k(const void* src, float* dst, int64_t n) {
   }
 }
 
-void quantize_q6_k(const float* src, void* dst, int64_t n) {
+void quantize_q6_k(const float* src, void* dst, int64_t n) { quantize_q6_k_w(src, dst, n, nullptr); }
+
+void quantize_q6_k_w(const float* src, void* dst, int64_t n, const float* w) {
   auto* b = static_cast<BlockQ6_K*>(dst);
   static const fit::Grid grid = fit::uniform_grid(-32, 31), codes = fit::uniform_grid(-128, 127);
   const SymmetricSpec spec{16, 16, &grid, -128, 127, &codes};
-  for (int64_t i = 0; i < n / kQK_K; ++i, src += kQK_K) {
+  for (int64_t i = 0; i < n / kQK_K; ++i, src += kQK_K, w = w ? w + kQK_K : nullptr) {
     SymmetricCodes c;
-    quantize_symmetric_superblock(src, spec, &c);
+    quantize_symmetric_superblock(src, w, spec, &c);
     b[i].d = c.d;
     for (int s = 0; s < 16; ++s) b[i].scales[s] = static_cast<int8_t>(c.sc[s]);
     // Code q (0..63): low 4 bits to ql, high 2 bits to qh, in the layout of dequantize_q6_k.

@@ -37,19 +37,19 @@ int q5_code(const uint8_t* qs, const uint8_t* qh, int j) {
 }
 
 // Scale-only block (Q4_0, Q5_0): y = (q - offset) * d. Writes the codes; returns the half bits.
-uint16_t quantize_scale_block(const float* x, int bits, uint8_t* q) {
+uint16_t quantize_scale_block(const float* x, const float* w, int bits, uint8_t* q) {
   static const fit::Grid g4 = fit::uniform_grid(-8, 7), g5 = fit::uniform_grid(-16, 15);
   const fit::Grid& g = bits == 4 ? g4 : g5;
   uint8_t idx[32];
-  const float d = fit::fit_grid_scale(x, nullptr, 32, g, idx, window_for(g));
-  const uint16_t h = finalize_half_scale(x, 32, g, d, idx);
+  const float d = fit::fit_grid_scale(x, w, 32, g, idx, window_for(g));
+  const uint16_t h = finalize_half_scale(x, w, 32, g, d, idx);
   std::copy(idx, idx + 32, q);  // grid index k is the code (value k - offset)
   return h;
 }
 
 // Affine block (Q4_1, Q5_1): y = q * d + m, q in 0..qmax. Writes codes and the half fields.
-void quantize_affine_block(const float* x, int qmax, uint8_t* q, uint16_t* d_out, uint16_t* m_out) {
-  const fit::AffineFit f = fit::fit_affine(x, 32, qmax, false, q);
+void quantize_affine_block(const float* x, const float* w, int qmax, uint8_t* q, uint16_t* d_out, uint16_t* m_out) {
+  const fit::AffineFit f = fit::fit_affine(x, w, 32, qmax, false, q);
   float s = f.scale, o = f.offset;
   double best = INFINITY;
   uint8_t cur[32];
@@ -57,15 +57,17 @@ void quantize_affine_block(const float* x, int qmax, uint8_t* q, uint16_t* d_out
     const uint16_t dh = fp32_to_fp16(s), mh = fp32_to_fp16(o);
     const float d = fp16_to_fp32(dh), m = fp16_to_fp32(mh);
     // Re-round for the stored fields and score with the dequantization formula.
-    double err = 0, sq = 0, sq2 = 0, sx = 0, sxq = 0;
+    double err = 0, sw = 0, sq = 0, sq2 = 0, sx = 0, sxq = 0;
     for (int i = 0; i < 32; ++i) {
       cur[i] = d > 0 ? static_cast<uint8_t>(fit::round_clamp((x[i] - m) / d, 0, qmax)) : 0;
       const double e = static_cast<double>(x[i]) - static_cast<double>(cur[i] * d + m);
-      err += e * e;
-      sq += cur[i];
-      sq2 += static_cast<double>(cur[i]) * cur[i];
-      sx += x[i];
-      sxq += static_cast<double>(x[i]) * cur[i];
+      const double wi = w ? w[i] : 1.0;
+      err += wi * e * e;
+      sw += wi;
+      sq += wi * cur[i];
+      sq2 += wi * cur[i] * cur[i];
+      sx += wi * x[i];
+      sxq += wi * x[i] * cur[i];
     }
     if (err < best) {
       best = err;
@@ -74,11 +76,11 @@ void quantize_affine_block(const float* x, int qmax, uint8_t* q, uint16_t* d_out
       std::copy(cur, cur + 32, q);
     }
     // Least-squares refit of (d, m) for these codes, for the second attempt.
-    const double det = 32 * sq2 - sq * sq;
-    if (det <= 0) break;
-    const double sd = (32 * sxq - sx * sq) / det;
+    const double det = sw * sq2 - sq * sq;
+    if (!(det > 1e-12 * sw * sq2)) break;
+    const double sd = (sw * sxq - sx * sq) / det;
     s = static_cast<float>(sd);
-    o = static_cast<float>((sx - sd * sq) / 32);
+    o = static_cast<float>((sx - sd * sq) / sw);
   }
 }
 
@@ -97,11 +99,13 @@ void dequantize_q4_0(const void* src, float* dst, int64_t n) {
   }
 }
 
-void quantize_q4_0(const float* src, void* dst, int64_t n) {
+void quantize_q4_0(const float* src, void* dst, int64_t n) { quantize_q4_0_w(src, dst, n, nullptr); }
+
+void quantize_q4_0_w(const float* src, void* dst, int64_t n, const float* w) {
   auto* b = static_cast<BlockQ4_0*>(dst);
-  for (int64_t i = 0; i < n / kQK4_0; ++i, src += kQK4_0) {
+  for (int64_t i = 0; i < n / kQK4_0; ++i, src += kQK4_0, w = w ? w + kQK4_0 : nullptr) {
     uint8_t q[32];
-    b[i].d = quantize_scale_block(src, 4, q);
+    b[i].d = quantize_scale_block(src, w, 4, q);
     pack_nibbles(q, b[i].qs);
   }
 }
@@ -119,11 +123,13 @@ void dequantize_q4_1(const void* src, float* dst, int64_t n) {
   }
 }
 
-void quantize_q4_1(const float* src, void* dst, int64_t n) {
+void quantize_q4_1(const float* src, void* dst, int64_t n) { quantize_q4_1_w(src, dst, n, nullptr); }
+
+void quantize_q4_1_w(const float* src, void* dst, int64_t n, const float* w) {
   auto* b = static_cast<BlockQ4_1*>(dst);
-  for (int64_t i = 0; i < n / kQK4_1; ++i, src += kQK4_1) {
+  for (int64_t i = 0; i < n / kQK4_1; ++i, src += kQK4_1, w = w ? w + kQK4_1 : nullptr) {
     uint8_t q[32];
-    quantize_affine_block(src, 15, q, &b[i].d, &b[i].m);
+    quantize_affine_block(src, w, 15, q, &b[i].d, &b[i].m);
     pack_nibbles(q, b[i].qs);
   }
 }
@@ -138,11 +144,13 @@ void dequantize_q5_0(const void* src, float* dst, int64_t n) {
   }
 }
 
-void quantize_q5_0(const float* src, void* dst, int64_t n) {
+void quantize_q5_0(const float* src, void* dst, int64_t n) { quantize_q5_0_w(src, dst, n, nullptr); }
+
+void quantize_q5_0_w(const float* src, void* dst, int64_t n, const float* w) {
   auto* b = static_cast<BlockQ5_0*>(dst);
-  for (int64_t i = 0; i < n / kQK5_0; ++i, src += kQK5_0) {
+  for (int64_t i = 0; i < n / kQK5_0; ++i, src += kQK5_0, w = w ? w + kQK5_0 : nullptr) {
     uint8_t q[32];
-    b[i].d = quantize_scale_block(src, 5, q);
+    b[i].d = quantize_scale_block(src, w, 5, q);
     pack_nibbles(q, b[i].qs);
     pack_high_bits(q, b[i].qh);
   }
@@ -158,11 +166,13 @@ void dequantize_q5_1(const void* src, float* dst, int64_t n) {
   }
 }
 
-void quantize_q5_1(const float* src, void* dst, int64_t n) {
+void quantize_q5_1(const float* src, void* dst, int64_t n) { quantize_q5_1_w(src, dst, n, nullptr); }
+
+void quantize_q5_1_w(const float* src, void* dst, int64_t n, const float* w) {
   auto* b = static_cast<BlockQ5_1*>(dst);
-  for (int64_t i = 0; i < n / kQK5_1; ++i, src += kQK5_1) {
+  for (int64_t i = 0; i < n / kQK5_1; ++i, src += kQK5_1, w = w ? w + kQK5_1 : nullptr) {
     uint8_t q[32];
-    quantize_affine_block(src, 31, q, &b[i].d, &b[i].m);
+    quantize_affine_block(src, w, 31, q, &b[i].d, &b[i].m);
     pack_nibbles(q, b[i].qs);
     pack_high_bits(q, b[i].qh);
   }

@@ -19,7 +19,7 @@ fit::Window window_for(const fit::Grid& g) {
   return {1.0f - 4.0f / r, 1.0f + 2.0f / r};
 }
 
-uint16_t finalize_half_scale(const float* x, int n, const fit::Grid& g, float d, uint8_t* idx) {
+uint16_t finalize_half_scale(const float* x, const float* w, int n, const fit::Grid& g, float d, uint8_t* idx) {
   const auto zero = static_cast<uint8_t>(g.nearest(0));
   uint8_t cur[256];
   uint16_t best_bits = 0;
@@ -32,9 +32,10 @@ uint16_t finalize_half_scale(const float* x, int n, const fit::Grid& g, float d,
     for (int i = 0; i < n; ++i) {
       cur[i] = dq != 0 ? static_cast<uint8_t>(g.nearest(x[i] / dq)) : zero;
       const double e = static_cast<double>(x[i]) - static_cast<double>(g.v[cur[i]] * dq);
-      err += e * e;
-      sxv += static_cast<double>(x[i]) * g.v[cur[i]];
-      svv += static_cast<double>(g.v[cur[i]]) * g.v[cur[i]];
+      const double wi = w ? w[i] : 1.0;
+      err += wi * e * e;
+      sxv += wi * x[i] * g.v[cur[i]];
+      svv += wi * g.v[cur[i]] * g.v[cur[i]];
     }
     if (err < best) {
       best = err;
@@ -60,7 +61,7 @@ struct AffineState {
 };
 
 // Rounds every element for the state's codes; returns the exact squared error of the result.
-double affine_round(const float* x, const AffineSpec& sp, const AffineState& st, uint8_t* q) {
+double affine_round(const float* x, const float* w, const AffineSpec& sp, const AffineState& st, uint8_t* q) {
   double err = 0;
   for (int j = 0; j < sp.n_sub; ++j) {
     // The dequantization formula, with its float operations in order.
@@ -69,23 +70,24 @@ double affine_round(const float* x, const AffineSpec& sp, const AffineState& st,
     for (int i = j * sp.len; i < (j + 1) * sp.len; ++i) {
       q[i] = ds > 0 ? static_cast<uint8_t>(fit::round_clamp((x[i] + dm) / ds, 0, sp.qmax)) : 0;
       const double e = static_cast<double>(x[i]) - static_cast<double>(ds * q[i] - dm);
-      err += e * e;
+      err += (w ? w[i] : 1.0) * e * e;
     }
   }
   return err;
 }
 
 // Least-squares super scales for fixed codes and q: x ~ D * (sc q) - M * mc, D, M >= 0.
-void affine_refit_super(const float* x, const AffineSpec& sp, const uint8_t* q, AffineState* st) {
+void affine_refit_super(const float* x, const float* w, const AffineSpec& sp, const uint8_t* q, AffineState* st) {
   double saa = 0, sab = 0, sbb = 0, sax = 0, sbx = 0;
   for (int j = 0; j < sp.n_sub; ++j) {
     for (int i = j * sp.len; i < (j + 1) * sp.len; ++i) {
       const double a = static_cast<double>(st->sc[j]) * q[i], b = st->mc[j];
-      saa += a * a;
-      sab += a * b;
-      sbb += b * b;
-      sax += a * x[i];
-      sbx += b * x[i];
+      const double wi = w ? w[i] : 1.0;
+      saa += wi * a * a;
+      sab += wi * a * b;
+      sbb += wi * b * b;
+      sax += wi * a * x[i];
+      sbx += wi * b * x[i];
     }
   }
   // Normal equations: [saa, -sab; -sab, sbb] [D; M] = [sax; -sbx].
@@ -107,27 +109,30 @@ void affine_refit_super(const float* x, const AffineSpec& sp, const uint8_t* q, 
 // Best codes of each sub-block for fixed super scales: around the least-squares (sigma, mu) of
 // x ~ D sigma q - M mu for the current q, every pair of codes within one step is tried with the
 // elements re-rounded and scored by the dequantization formula. Updates codes and q.
-void affine_refit_codes(const float* x, const AffineSpec& sp, uint8_t* q, AffineState* st) {
+void affine_refit_codes(const float* x, const float* w, const AffineSpec& sp, uint8_t* q, AffineState* st) {
   const double dd = st->d, mm = st->dmin;
   if (!(dd > 0)) return;
   uint8_t cand[256];
   for (int j = 0; j < sp.n_sub; ++j) {
     const int n = sp.len;
     const float* xj = x + j * n;
+    const float* wj = w ? w + j * n : nullptr;
     uint8_t* qj = q + j * n;
-    double sq = 0, sq2 = 0, sx = 0, sxq = 0;
+    double sw = 0, sq = 0, sq2 = 0, sx = 0, sxq = 0;
     for (int i = 0; i < n; ++i) {
-      sq += qj[i];
-      sq2 += static_cast<double>(qj[i]) * qj[i];
-      sx += xj[i];
-      sxq += static_cast<double>(xj[i]) * qj[i];
+      const double wi = wj ? wj[i] : 1.0;
+      sw += wi;
+      sq += wi * qj[i];
+      sq2 += wi * qj[i] * qj[i];
+      sx += wi * xj[i];
+      sxq += wi * xj[i] * qj[i];
     }
     // Continuous optimum of (sigma, mu) for these q (mu >= 0).
     double sig = st->sc[j], mu = st->mc[j];
-    const double det = n * sq2 - sq * sq;
-    if (det > 0) {
-      sig = (n * sxq - sx * sq) / (det * dd);
-      mu = mm > 0 ? (sig * dd * sq - sx) / (n * mm) : 0;
+    const double det = sw * sq2 - sq * sq;
+    if (det > 1e-12 * sw * sq2 && sq2 > 0) {
+      sig = (sw * sxq - sx * sq) / (det * dd);
+      mu = mm > 0 ? (sig * dd * sq - sx) / (sw * mm) : 0;
       if (mu <= 0) {  // the min at zero: scale alone
         mu = 0;
         sig = sxq / (sq2 * dd);
@@ -147,7 +152,7 @@ void affine_refit_codes(const float* x, const AffineSpec& sp, uint8_t* q, Affine
           const int k = fit::round_clamp((xj[i] + dm) * inv, 0, sp.qmax);
           cand[i] = static_cast<uint8_t>(k);
           const float e = xj[i] - (ds * static_cast<float>(k) - dm);
-          err += e * e;
+          err += (wj ? wj[i] : 1.0f) * e * e;
         }
         if (err < best) {
           best = err;
@@ -170,18 +175,23 @@ void codes_for(const float* v, int n, float d, int code_max, uint8_t* codes) {
 
 }  // namespace
 
-void quantize_affine_superblock(const float* x, const AffineSpec& sp, AffineCodes* out) {
+void quantize_affine_superblock(const float* x, const float* w, const AffineSpec& sp, AffineCodes* out) {
   // 1. Each sub-block on its own: scale s[j] >= 0 and min m[j] >= 0 (y = s q - m).
   float s[16], m[16], ws[16], wm[16];
   uint8_t q[256];
   for (int j = 0; j < sp.n_sub; ++j) {
-    const fit::AffineFit f = fit::fit_affine(x + j * sp.len, sp.len, sp.qmax, true, q + j * sp.len);
+    const fit::AffineFit f =
+        fit::fit_affine(x + j * sp.len, w ? w + j * sp.len : nullptr, sp.len, sp.qmax, true, q + j * sp.len);
     s[j] = f.scale;
     m[j] = -f.offset;
-    double q2 = 0;
-    for (int i = j * sp.len; i < (j + 1) * sp.len; ++i) q2 += static_cast<double>(q[i]) * q[i];
-    ws[j] = static_cast<float>(q2);  // an error in s costs its square times sum q^2
-    wm[j] = static_cast<float>(sp.len);
+    double q2 = 0, sw = 0;
+    for (int i = j * sp.len; i < (j + 1) * sp.len; ++i) {
+      const double wi = w ? w[i] : 1.0;
+      q2 += wi * q[i] * q[i];
+      sw += wi;
+    }
+    ws[j] = static_cast<float>(q2);  // an error in s costs its square times sum w q^2
+    wm[j] = static_cast<float>(sw);  // an error in m costs its square times sum w
   }
 
   // 2. Starting codes: a weighted fit of the scales on the code grid, and the simple
@@ -206,10 +216,10 @@ void quantize_affine_superblock(const float* x, const AffineSpec& sp, AffineCode
 
   // 3. From the better start, alternate: round the elements, refit the super scales, refit the
   //    codes (which re-rounds); keep the encoding with the best exact error.
-  const double e0 = affine_round(x, sp, starts[0], q), e1 = affine_round(x, sp, starts[1], q);
+  const double e0 = affine_round(x, w, sp, starts[0], q), e1 = affine_round(x, w, sp, starts[1], q);
   AffineState st = e0 <= e1 ? starts[0] : starts[1];
   double best = INFINITY;
-  double err = affine_round(x, sp, st, q);
+  double err = affine_round(x, w, sp, st, q);
   for (int it = 0;; ++it) {
     if (!(err < best)) break;  // converged (or worse): the best is already stored
     best = err;
@@ -219,9 +229,9 @@ void quantize_affine_superblock(const float* x, const AffineSpec& sp, AffineCode
     std::copy(st.mc, st.mc + sp.n_sub, out->mc);
     std::copy(q, q + sp.n_sub * sp.len, out->q);
     if (it == kRefineIters) break;
-    affine_refit_super(x, sp, q, &st);
-    affine_refit_codes(x, sp, q, &st);
-    err = affine_round(x, sp, st, q);
+    affine_refit_super(x, w, sp, q, &st);
+    affine_refit_codes(x, w, sp, q, &st);
+    err = affine_round(x, w, sp, st, q);
   }
 }
 
@@ -235,7 +245,7 @@ struct SymState {
   int16_t sc[16] = {};
 };
 
-double sym_round(const float* x, const SymmetricSpec& sp, const SymState& st, uint8_t* q) {
+double sym_round(const float* x, const float* w, const SymmetricSpec& sp, const SymState& st, uint8_t* q) {
   const fit::Grid& g = *sp.grid;
   const auto zero = static_cast<uint8_t>(g.nearest(0));
   double err = 0;
@@ -244,20 +254,21 @@ double sym_round(const float* x, const SymmetricSpec& sp, const SymState& st, ui
     for (int i = j * sp.len; i < (j + 1) * sp.len; ++i) {
       q[i] = ds != 0 ? static_cast<uint8_t>(g.nearest(x[i] / ds)) : zero;
       const double e = static_cast<double>(x[i]) - static_cast<double>(ds * g.v[q[i]]);
-      err += e * e;
+      err += (w ? w[i] : 1.0) * e * e;
     }
   }
   return err;
 }
 
 // Least-squares super scale for fixed codes and q: x ~ D * (sc g[q]).
-void sym_refit_super(const float* x, const SymmetricSpec& sp, const uint8_t* q, SymState* st) {
+void sym_refit_super(const float* x, const float* w, const SymmetricSpec& sp, const uint8_t* q, SymState* st) {
   double saa = 0, sax = 0;
   for (int j = 0; j < sp.n_sub; ++j) {
     for (int i = j * sp.len; i < (j + 1) * sp.len; ++i) {
       const double a = static_cast<double>(st->sc[j]) * sp.grid->v[q[i]];
-      saa += a * a;
-      sax += a * x[i];
+      const double wi = w ? w[i] : 1.0;
+      saa += wi * a * a;
+      sax += wi * a * x[i];
     }
   }
   if (saa > 0 && sax != 0) st->d = round_to_half(static_cast<float>(sax / saa));
@@ -266,19 +277,20 @@ void sym_refit_super(const float* x, const SymmetricSpec& sp, const uint8_t* q, 
 // Best code of each sub-block for a fixed super scale: around the least-squares code for the
 // current q (a 1-D quadratic), the codes within one step are tried with the elements re-rounded
 // and scored by the dequantization formula. Updates codes and q.
-void sym_refit_codes(const float* x, const SymmetricSpec& sp, uint8_t* q, SymState* st) {
+void sym_refit_codes(const float* x, const float* w, const SymmetricSpec& sp, uint8_t* q, SymState* st) {
   if (st->d == 0) return;
   const fit::Grid& g = *sp.grid;
   uint8_t cand[256];
   for (int j = 0; j < sp.n_sub; ++j) {
     const int n = sp.len;
     const float* xj = x + j * n;
+    const float* wj = w ? w + j * n : nullptr;
     uint8_t* qj = q + j * n;
     double sgg = 0, sgx = 0;
     for (int i = 0; i < n; ++i) {
-      const double v = g.v[qj[i]];
-      sgg += v * v;
-      sgx += v * xj[i];
+      const double v = g.v[qj[i]], wi = wj ? wj[i] : 1.0;
+      sgg += wi * v * v;
+      sgx += wi * v * xj[i];
     }
     if (sgg <= 0) continue;
     const int c0 = fit::round_clamp(static_cast<float>(sgx / (sgg * st->d)), sp.code_min, sp.code_max);
@@ -291,7 +303,7 @@ void sym_refit_codes(const float* x, const SymmetricSpec& sp, uint8_t* q, SymSta
       for (int i = 0; i < n; ++i) {
         cand[i] = static_cast<uint8_t>(g.nearest(xj[i] * inv));
         const float e = xj[i] - ds * g.v[cand[i]];
-        err += e * e;
+        err += (wj ? wj[i] : 1.0f) * e * e;
       }
       if (err < best) {
         best = err;
@@ -304,17 +316,17 @@ void sym_refit_codes(const float* x, const SymmetricSpec& sp, uint8_t* q, SymSta
 
 }  // namespace
 
-void quantize_symmetric_superblock(const float* x, const SymmetricSpec& sp, SymmetricCodes* out) {
+void quantize_symmetric_superblock(const float* x, const float* w, const SymmetricSpec& sp, SymmetricCodes* out) {
   const fit::Grid& g = *sp.grid;
   // 1. Each sub-block on its own: signed float scale s[j].
-  float s[16], w[16];
+  float s[16], ws[16];
   uint8_t q[256];
   const fit::Window win = window_for(g);
   for (int j = 0; j < sp.n_sub; ++j) {
-    s[j] = fit::fit_grid_scale(x + j * sp.len, nullptr, sp.len, g, q + j * sp.len, win);
+    s[j] = fit::fit_grid_scale(x + j * sp.len, w ? w + j * sp.len : nullptr, sp.len, g, q + j * sp.len, win);
     double g2 = 0;
-    for (int i = j * sp.len; i < (j + 1) * sp.len; ++i) g2 += static_cast<double>(g.v[q[i]]) * g.v[q[i]];
-    w[j] = static_cast<float>(g2);  // an error in s costs its square times sum g^2
+    for (int i = j * sp.len; i < (j + 1) * sp.len; ++i) g2 += (w ? w[i] : 1.0) * g.v[q[i]] * g.v[q[i]];
+    ws[j] = static_cast<float>(g2);  // an error in s costs its square times sum w g^2
   }
 
   // 2. Starting codes: weighted fit on the code grid, and "largest |s| gets the code_min end".
@@ -322,7 +334,7 @@ void quantize_symmetric_superblock(const float* x, const SymmetricSpec& sp, Symm
   SymState starts[2];
   {
     uint8_t idx[16];
-    starts[0].d = round_to_half(fit::fit_grid_scale(s, w, sp.n_sub, codes, idx, window_for(codes)));
+    starts[0].d = round_to_half(fit::fit_grid_scale(s, ws, sp.n_sub, codes, idx, window_for(codes)));
     int jmax = 0;
     for (int j = 1; j < sp.n_sub; ++j)
       if (std::fabs(s[j]) > std::fabs(s[jmax])) jmax = j;
@@ -335,10 +347,10 @@ void quantize_symmetric_superblock(const float* x, const SymmetricSpec& sp, Symm
 
   // 3. From the better start, alternate: round the elements, refit the super scale, refit the
   //    codes (which re-rounds); keep the encoding with the best exact error.
-  const double e0 = sym_round(x, sp, starts[0], q), e1 = sym_round(x, sp, starts[1], q);
+  const double e0 = sym_round(x, w, sp, starts[0], q), e1 = sym_round(x, w, sp, starts[1], q);
   SymState st = e0 <= e1 ? starts[0] : starts[1];
   double best = INFINITY;
-  double err = sym_round(x, sp, st, q);
+  double err = sym_round(x, w, sp, st, q);
   for (int it = 0;; ++it) {
     if (!(err < best)) break;  // converged (or worse): the best is already stored
     best = err;
@@ -346,9 +358,9 @@ void quantize_symmetric_superblock(const float* x, const SymmetricSpec& sp, Symm
     std::copy(st.sc, st.sc + sp.n_sub, out->sc);
     std::copy(q, q + sp.n_sub * sp.len, out->q);
     if (it == kRefineIters) break;
-    sym_refit_super(x, sp, q, &st);
-    sym_refit_codes(x, sp, q, &st);
-    err = sym_round(x, sp, st, q);
+    sym_refit_super(x, w, sp, q, &st);
+    sym_refit_codes(x, w, sp, q, &st);
+    err = sym_round(x, w, sp, st, q);
   }
 }
 

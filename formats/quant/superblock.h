@@ -11,6 +11,8 @@
 //      the codes within one step of its least-squares optimum with the elements re-rounded.
 //      Every candidate is scored with the exact dequantization formula (float operations in
 //      the dequantizer's order) and the best encoding is kept, so no step can make it worse.
+// Every error is weighted: sum w[i] * (x[i] - y[i])^2, w == nullptr meaning all ones (the same
+// bytes as weights of exactly 1). The weights come from an importance matrix (see types.h).
 #pragma once
 
 #include <cstdint>
@@ -32,7 +34,7 @@ struct AffineCodes {
   uint8_t sc[16] = {}, mc[16] = {};
   uint8_t q[256] = {};
 };
-void quantize_affine_superblock(const float* x, const AffineSpec& spec, AffineCodes* out);
+void quantize_affine_superblock(const float* x, const float* w, const AffineSpec& spec, AffineCodes* out);
 
 // y = (d * sc[j]) * grid.v[q], codes in code_min..code_max (Q3_K, Q6_K, IQ4_XS).
 struct SymmetricSpec {
@@ -48,12 +50,13 @@ struct SymmetricCodes {
   int16_t sc[16] = {};
   uint8_t q[256] = {};
 };
-void quantize_symmetric_superblock(const float* x, const SymmetricSpec& spec, SymmetricCodes* out);
+void quantize_symmetric_superblock(const float* x, const float* w, const SymmetricSpec& spec, SymmetricCodes* out);
 
 // Stores a block scale fitted by fit_grid_scale (y = D * g.v[idx], D = the half of d): tries the
 // half nearest d and the half nearest the least-squares refit after re-rounding, re-rounds the
-// elements for the half actually stored, and keeps the better. Returns the half bits.
-uint16_t finalize_half_scale(const float* x, int n, const fit::Grid& g, float d, uint8_t* idx);
+// elements for the half actually stored, and keeps the better (by the error weighted with w,
+// nullptr: all ones). Returns the half bits.
+uint16_t finalize_half_scale(const float* x, const float* w, int n, const fit::Grid& g, float d, uint8_t* idx);
 
 // Sweep window suited to a grid: narrow for fine uniform grids (rounding error is uniform
 // there, only the end matters), wider for coarse or non-uniform ones.

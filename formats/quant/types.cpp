@@ -2,9 +2,11 @@
 
 #include <array>
 #include <cctype>
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <string>
+#include <vector>
 
 #include "formats/quant/ref.h"
 
@@ -112,7 +114,10 @@ Status dequantize_row(Type t, const void* src, float* dst, int64_t n) {
   return ok_status();
 }
 
-Status quantize_row(Type t, const float* src, void* dst, int64_t n) {
+namespace {
+
+// quantize_row's checks: a type kite can produce, whole blocks, finite values within range.
+Status check_quantizable(Type t, const float* src, int64_t n) {
   KITE_ASSIGN_OR_RETURN(size_t bytes, row_size(t, n));
   (void)bytes;
   const TypeTraits* tr = find_traits(t);
@@ -125,7 +130,14 @@ Status quantize_row(Type t, const float* src, void* dst, int64_t n) {
       return make_error("cannot quantize to ", tr->name, ": element ", i, " is ", src[i],
                         ", beyond the type's range (|x| <= ", limit, ")");
   }
-  tr->quantize(src, dst, n);
+  return ok_status();
+}
+
+}  // namespace
+
+Status quantize_row(Type t, const float* src, void* dst, int64_t n) {
+  KITE_TRY(check_quantizable(t, src, n));
+  find_traits(t)->quantize(src, dst, n);
   return ok_status();
 }
 
@@ -135,6 +147,73 @@ Status quantize_rows(Type t, const float* src, void* dst, int64_t nrows, int64_t
   auto* out = static_cast<uint8_t*>(dst);
   for (int64_t r = 0; r < nrows; ++r) {
     Status st = quantize_row(t, src + r * n_per_row, out + static_cast<size_t>(r) * bytes, n_per_row);
+    if (!st) return st.error().with_context("row " + std::to_string(r));
+  }
+  return ok_status();
+}
+
+namespace {
+
+using WeightedFn = void (*)(const float* src, void* dst, int64_t n, const float* w);
+
+WeightedFn weighted_fn(Type t) {
+  switch (t) {
+    case Type::Q4_0: return ref::quantize_q4_0_w;
+    case Type::Q4_1: return ref::quantize_q4_1_w;
+    case Type::Q5_0: return ref::quantize_q5_0_w;
+    case Type::Q5_1: return ref::quantize_q5_1_w;
+    case Type::Q2_K: return ref::quantize_q2_k_w;
+    case Type::Q3_K: return ref::quantize_q3_k_w;
+    case Type::Q4_K: return ref::quantize_q4_k_w;
+    case Type::Q5_K: return ref::quantize_q5_k_w;
+    case Type::Q6_K: return ref::quantize_q6_k_w;
+    case Type::IQ4_NL: return ref::quantize_iq4_nl_w;
+    case Type::IQ4_XS: return ref::quantize_iq4_xs_w;
+    default: return nullptr;
+  }
+}
+
+}  // namespace
+
+bool uses_weights(Type t) { return weighted_fn(t) != nullptr; }
+
+Status quantize_row_weighted(Type t, const float* src, void* dst, int64_t n, const float* w) {
+  const WeightedFn fn = weighted_fn(t);
+  if (w == nullptr || fn == nullptr) return quantize_row(t, src, dst, n);
+  for (int64_t i = 0; i < n; ++i)
+    if (!std::isfinite(w[i]) || w[i] < 0)
+      return make_error("cannot quantize with weight ", w[i], " at element ", i, " (weights must be finite and >= 0)");
+  KITE_TRY(check_quantizable(t, src, n));
+  fn(src, dst, n, w);
+  return ok_status();
+}
+
+void importance_weights(const float* x, const float* importance, int64_t n, float* w) {
+  double s2 = 0, mean_imp = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    s2 += static_cast<double>(x[i]) * x[i];
+    mean_imp += importance[i];
+  }
+  s2 /= static_cast<double>(std::max<int64_t>(n, 1));
+  const float floor_imp = static_cast<float>(1e-6 * mean_imp / static_cast<double>(std::max<int64_t>(n, 1)));
+  for (int64_t i = 0; i < n; ++i)
+    w[i] = std::max(importance[i], floor_imp) * static_cast<float>(std::sqrt(s2 + static_cast<double>(x[i]) * x[i]));
+}
+
+Status quantize_rows_importance(Type t, const float* src, void* dst, int64_t nrows, int64_t n_per_row,
+                                const float* importance) {
+  if (importance == nullptr || !uses_weights(t)) return quantize_rows(t, src, dst, nrows, n_per_row);
+  if (nrows < 0) return make_error("cannot quantize ", nrows, " rows");
+  for (int64_t i = 0; i < n_per_row; ++i)
+    if (!std::isfinite(importance[i]) || importance[i] < 0)
+      return make_error("importance of column ", i, " is ", importance[i], " (must be finite and >= 0)");
+  KITE_ASSIGN_OR_RETURN(size_t bytes, row_size(t, n_per_row));
+  auto* out = static_cast<uint8_t*>(dst);
+  std::vector<float> w(static_cast<size_t>(n_per_row));
+  for (int64_t r = 0; r < nrows; ++r) {
+    const float* x = src + r * n_per_row;
+    importance_weights(x, importance, n_per_row, w.data());
+    Status st = quantize_row_weighted(t, x, out + static_cast<size_t>(r) * bytes, n_per_row, w.data());
     if (!st) return st.error().with_context("row " + std::to_string(r));
   }
   return ok_status();

@@ -99,4 +99,33 @@ Status quantize_row(Type t, const float* src, void* dst, int64_t n);
 // of row_size(t, n_per_row) bytes. Errors name the row.
 Status quantize_rows(Type t, const float* src, void* dst, int64_t nrows, int64_t n_per_row);
 
+// --- Importance-weighted quantization (`kite quantize --imatrix`) ----------------------------
+//
+// An importance matrix gives, for each input column j of a weight, the mean squared activation
+// E[a_j^2] it is multiplied by. The error a quantized row adds to a matmul output is then about
+// sum_j E[a_j^2] (x_j - y_j)^2, so the quantizers minimize a weighted squared error instead of
+// the plain one, with the same searches (every scale/min fit, sub-block code choice and final
+// rounding is weighted).
+
+// Whether the type's quantizer takes weights: Q4_0, Q4_1, Q5_0, Q5_1, Q2_K..Q6_K, IQ4_NL,
+// IQ4_XS. The float types and Q8_0/Q8_1/Q8_K (a fixed rounding rule, shared with the kernels'
+// on-the-fly quantization) ignore them.
+bool uses_weights(Type t);
+
+// quantize_row minimizing sum w[i] * (x[i] - y[i])^2. `w`: n finite weights >= 0, or nullptr
+// (all ones: exactly quantize_row's bytes). Types that do not use weights ignore w.
+Status quantize_row_weighted(Type t, const float* src, void* dst, int64_t n, const float* w);
+
+// The per-element weights of one row from its columns' importance: w[i] = imp[i] * sqrt(s2 +
+// x[i]^2), s2 the row's mean x^2. The second factor (llama.cpp's choice too) leans toward the
+// large elements of a row; on llama-draft, imp alone, this and s2 doubled gave held-out
+// perplexities within noise of each other (bench/RESULTS.md). Importance values below 1e-6 of
+// the row's mean importance are raised to it, so a column never seen active still counts.
+void importance_weights(const float* x, const float* importance, int64_t n, float* w);
+
+// quantize_rows with per-column importance (n_per_row values; nullptr: quantize_rows). Errors
+// name the row; a non-finite or negative importance value is an error.
+Status quantize_rows_importance(Type t, const float* src, void* dst, int64_t nrows, int64_t n_per_row,
+                                const float* importance);
+
 }  // namespace kite::quant
