@@ -47,31 +47,6 @@ void append_float_array(std::string* out, const std::vector<float>& v) {
   *out += ']';
 }
 
-ApiError embed_error(const Error& e) {
-  ApiError a;
-  a.message = e.message;
-  switch (e.code) {
-    case ErrorCode::kBusy:
-      a.status = 429;
-      a.type = "rate_limit_error";
-      a.code = "queue_full";
-      break;
-    case ErrorCode::kTooLarge:
-      a.status = 400;
-      a.code = "context_length_exceeded";
-      a.param = "input";
-      break;
-    case ErrorCode::kInvalidArgument:
-      a.status = 400;
-      a.param = "input";
-      break;
-    default:
-      a.status = 500;
-      a.type = "server_error";
-  }
-  return a;
-}
-
 }  // namespace
 
 void handle_embeddings(const HandlerContext& hc, const httplib::Request& req, httplib::Response& res) {
@@ -108,7 +83,7 @@ void handle_embeddings(const HandlerContext& hc, const httplib::Request& req, ht
   eo.pooling = er.pooling;
   auto job = std::make_shared<EmbedJob>(std::move(er.inputs), eo);
   if (auto st = engine.submit_embeddings(job); !st) {
-    send_error(res, embed_error(st.error()));
+    send_error(res, engine_error(st.error(), "input", "input"));
     return;
   }
   const auto deadline = start + std::chrono::milliseconds(static_cast<int64_t>(hc.timeout_s * 1000));
@@ -119,7 +94,7 @@ void handle_embeddings(const HandlerContext& hc, const httplib::Request& req, ht
     return;
   }
   if (job->error()) {
-    send_error(res, embed_error(*job->error()));
+    send_error(res, engine_error(*job->error(), "input", "input"));
     return;
   }
   hc.metrics->add_embeddings(static_cast<int64_t>(n_inputs), er.tokens);

@@ -115,28 +115,6 @@ struct Job {
   }
 };
 
-ApiError submit_error(const Error& e, Endpoint endpoint) {
-  ApiError a;
-  a.message = e.message;
-  switch (e.code) {
-    case ErrorCode::kBusy:
-      a.status = 429;
-      a.type = "rate_limit_error";
-      a.code = "queue_full";
-      break;
-    case ErrorCode::kTooLarge:
-      a.status = 400;
-      a.code = "context_length_exceeded";
-      a.param = endpoint == Endpoint::kChat ? "messages" : "prompt";
-      break;
-    case ErrorCode::kInvalidArgument: a.status = 400; break;
-    default:
-      a.status = 500;
-      a.type = "server_error";
-  }
-  return a;
-}
-
 void respond_whole(std::shared_ptr<Job> job, httplib::Response& res) {
   std::vector<PartEvent> evs;
   for (;;) {
@@ -304,7 +282,7 @@ void handle_generate(const HandlerContext& hc, Endpoint endpoint, const httplib:
   job->choices.resize(n_parts * static_cast<size_t>(job->req.gen.n));
   auto ids = engine.submit(job->req.prompts, job->req.gen, job->stream);
   if (!ids) {
-    send_error(res, submit_error(ids.error(), endpoint));
+    send_error(res, engine_error(ids.error(), endpoint == Endpoint::kChat ? "messages" : "prompt"));
     return;
   }
   job->ids = std::move(*ids);

@@ -11,6 +11,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -34,6 +35,11 @@ struct ApiError {
 
 // OpenAI's error body: {"error": {"message", "type", "param", "code"}}.
 std::string error_body(const ApiError& e);
+
+// The HTTP answer to an engine error (a refused submit or a failed job): kBusy is 429
+// queue_full, kTooLarge 400 context_length_exceeded naming `input_param`, kInvalidArgument 400
+// (naming `invalid_param` when given), anything else 500.
+ApiError engine_error(const Error& e, std::string_view input_param, std::string_view invalid_param = {});
 
 enum class Endpoint { kChat, kCompletions };
 

@@ -8,6 +8,31 @@ namespace kite::tools::server {
 std::string dump(const OJson& j) { return j.dump(-1, ' ', false, OJson::error_handler_t::replace); }
 std::string dump(const Json& j) { return j.dump(-1, ' ', false, Json::error_handler_t::replace); }
 
+ApiError engine_error(const Error& e, std::string_view input_param, std::string_view invalid_param) {
+  ApiError a;
+  a.message = e.message;
+  switch (e.code) {
+    case ErrorCode::kBusy:
+      a.status = 429;
+      a.type = "rate_limit_error";
+      a.code = "queue_full";
+      break;
+    case ErrorCode::kTooLarge:
+      a.status = 400;
+      a.code = "context_length_exceeded";
+      a.param = input_param;
+      break;
+    case ErrorCode::kInvalidArgument:
+      a.status = 400;
+      a.param = invalid_param;
+      break;
+    default:
+      a.status = 500;
+      a.type = "server_error";
+  }
+  return a;
+}
+
 std::string error_body(const ApiError& e) {
   OJson err = {{"message", e.message},
                {"type", e.type},
