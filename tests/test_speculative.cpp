@@ -12,6 +12,7 @@
 #include "src/runtime/grammar/grammar.h"
 #include "src/runtime/scheduler.h"
 #include "src/runtime/speculative.h"
+#include "tests/process.h"
 #include "tests/testdata.h"
 
 using namespace kite;
@@ -414,4 +415,25 @@ TEST_CASE("speculative: sampled tokens follow the target's distribution (chi-squ
   CHECK(chi2 < dof + 4 * std::sqrt(2 * dof));  // about p < 1e-4 for a correct rule
   CHECK(target->kv().pool().n_referenced() == 0);
   CHECK(draft->kv().pool().n_referenced() == 0);
+}
+
+TEST_CASE("speculative: kite run --spec ngram prints the same text and its acceptance; bad flags are usage errors") {
+  const std::string m = testdata("gguf/llama-target-Q4_K_M.gguf");
+  const std::string prompt = "First Citizen:\nFirst Citizen:\nFirst Citizen:\n";
+  auto plain = run_kite({"run", "-m", m, "-p", prompt, "-n", "32", "--temp", "0", "--ignore-eos"});
+  REQUIRE(plain.exit_code == 0);
+  auto spec = run_kite({"run", "-m", m, "-p", prompt, "-n", "32", "--temp", "0", "--ignore-eos", "--spec", "ngram",
+                        "--draft-fixed", "--ngram-min", "2", "--ngram-max", "6"});
+  INFO(spec.err);
+  REQUIRE(spec.exit_code == 0);
+  CHECK(spec.out == plain.out);
+  CHECK(spec.err.find("speculative (ngram): drafted ") != std::string::npos);
+  CHECK(spec.err.find("drafted 0,") == std::string::npos);  // the repeated prompt does get proposals
+
+  auto sizes = run_kite({"run", "-m", m, "-p", "hi", "--spec", "ngram", "--ngram-min", "5", "--ngram-max", "2"});
+  CHECK(sizes.exit_code == 2);
+  CHECK(sizes.err.find("ngram_min <= ngram_max") != std::string::npos);
+  auto no_draft = run_kite({"run", "-m", m, "-p", "hi", "--spec", "draft"});
+  CHECK(no_draft.exit_code == 2);
+  CHECK(no_draft.err.find("--spec draft needs --draft MODEL") != std::string::npos);
 }
