@@ -33,9 +33,9 @@ echo "\$ llama-server -m $file -t $threads -np $par -c $ctx --port 18081"
 "$llama/llama-server" -m "$file" -t "$threads" -np "$par" -c "$ctx" --port 18081 >/tmp/llama-server.log 2>&1 &
 pid=$!
 wait_ready http://127.0.0.1:18081 $pid && run_load llama-server http://127.0.0.1:18081
-kill $pid; wait $pid 2>/dev/null || true
+kill $pid 2>/dev/null || true; wait $pid 2>/dev/null || true
 echo "\$ kite serve -m $file -t $threads --parallel $par -c $(( 16 + n + 8 )) --port 18082"
 "$kite" serve -m "$file" -t "$threads" --parallel "$par" -c $(( 16 + n + 8 )) --port 18082 >/tmp/kite-serve.log 2>&1 &
 pid=$!
 wait_ready http://127.0.0.1:18082 $pid && run_load kite http://127.0.0.1:18082
-kill $pid; wait $pid 2>/dev/null || true
+kill $pid 2>/dev/null || true; wait $pid 2>/dev/null || true
