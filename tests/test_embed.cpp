@@ -18,18 +18,6 @@ using namespace kite::test;
 
 namespace {
 
-struct Case {
-  const char* model;
-  const char* gguf;
-};
-
-constexpr Case kCases[] = {
-    {"llama-target", nullptr},  // no f16 GGUF of the target in the test data
-    {"llama-draft", "gguf/llama-draft-f16.gguf"},
-    {"qwen2-tiny", "gguf/qwen2-tiny-f16.gguf"},
-    {"qwen3-tiny", "gguf/qwen3-tiny-f16.gguf"},
-};
-
 struct Compare {
   double cosine = 0, max_abs = 0;
 };
@@ -108,7 +96,7 @@ TEST_CASE("embed: mean-pooled embeddings match transformers (safetensors and f16
   // max |diff| per model over its 3 sentences (components ~0.05, so ~5e-4 relative): F32 KV
   // 0.6e-5..2.5e-5, F16 KV 3.0e-5..5.2e-5, the f16 GGUF files (F32 KV) the same as their
   // safetensors folders, 0.6e-5..2.5e-5; 1 - cosine < 1e-7 everywhere. The bounds leave 2x.
-  for (const Case& k : kCases) {
+  for (const ModelCase& k : kModelCases) {
     const std::string dir = testdata(std::string("models/") + k.model);
     const auto ref = nlohmann::json::parse(read_file(dir + "/reference.json"));
     for (DType kv : {DType::F32, DType::F16}) {

@@ -19,18 +19,6 @@ int argmax(std::span<const float> v) {
   return static_cast<int>(std::max_element(v.begin(), v.end()) - v.begin());
 }
 
-struct Case {
-  const char* model;
-  const char* gguf;
-};
-
-constexpr Case kCases[] = {
-    {"llama-target", nullptr},  // no f16 GGUF of the target in the test data
-    {"llama-draft", "gguf/llama-draft-f16.gguf"},
-    {"qwen2-tiny", "gguf/qwen2-tiny-f16.gguf"},
-    {"qwen3-tiny", "gguf/qwen3-tiny-f16.gguf"},
-};
-
 void check_against_reference(const std::string& path, const nlohmann::json& ref) {
   INFO("model: ", path);
   auto model = Model::load(path);
@@ -83,7 +71,7 @@ void check_against_reference(const std::string& path, const nlohmann::json& ref)
 }  // namespace
 
 TEST_CASE("model: logits, top-1 and greedy match transformers (safetensors and f16 GGUF)") {
-  for (const Case& k : kCases) {
+  for (const ModelCase& k : kModelCases) {
     const std::string dir = testdata(std::string("models/") + k.model);
     const auto ref = nlohmann::json::parse(read_file(dir + "/reference.json"));
     check_against_reference(dir, ref);

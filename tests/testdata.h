@@ -48,4 +48,16 @@ inline std::filesystem::path scratch_dir(const std::string& name) {
   return p;
 }
 
+// The trained test models, each with the llama.cpp-written f16 GGUF of it where there is one.
+struct ModelCase {
+  const char* model;  // models/<model>
+  const char* gguf;   // relative to the test data; nullptr: none
+};
+inline constexpr ModelCase kModelCases[] = {
+    {"llama-target", nullptr},  // no f16 GGUF of the target in the test data
+    {"llama-draft", "gguf/llama-draft-f16.gguf"},
+    {"qwen2-tiny", "gguf/qwen2-tiny-f16.gguf"},
+    {"qwen3-tiny", "gguf/qwen3-tiny-f16.gguf"},
+};
+
 }  // namespace kite::test

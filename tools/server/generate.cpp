@@ -249,22 +249,8 @@ bool stream_step(Job& job, httplib::DataSink& sink) {
 
 void handle_generate(const HandlerContext& hc, Endpoint endpoint, const httplib::Request& req, httplib::Response& res) {
   Engine& engine = *hc.engine;
-  if (hc.shutting_down->load()) {
-    send_error(res, ApiError{503, "the server is shutting down", "server_unavailable_error", "", "shutting_down"});
-    return;
-  }
-  if (engine.state() != Engine::State::kReady) {
-    send_error(res, ApiError{503, "the model is still loading", "server_unavailable_error", "", "model_loading"});
-    return;
-  }
   Json body;
-  try {
-    body = Json::parse(req.body);
-  } catch (const Json::exception& e) {
-    send_error(res, ApiError{400, std::string("the request body is not valid JSON: ") + e.what(), "invalid_request_error",
-                             "", "invalid_json"});
-    return;
-  }
+  if (!begin_model_request(hc, req, res, &body)) return;
   ModelInfo info;
   info.tokenizer = &engine.tokenizer();
   info.chat_template = &engine.chat_template();

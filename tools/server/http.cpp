@@ -79,6 +79,25 @@ void send_error(httplib::Response& res, const ApiError& e) {
   res.set_content(error_body(e), "application/json");
 }
 
+bool begin_model_request(const HandlerContext& hc, const httplib::Request& req, httplib::Response& res, Json* body) {
+  if (hc.shutting_down->load()) {
+    send_error(res, ApiError{503, "the server is shutting down", "server_unavailable_error", "", "shutting_down"});
+    return false;
+  }
+  if (hc.engine->state() != Engine::State::kReady) {
+    send_error(res, ApiError{503, "the model is still loading", "server_unavailable_error", "", "model_loading"});
+    return false;
+  }
+  try {
+    *body = Json::parse(req.body);
+  } catch (const Json::exception& e) {
+    send_error(res, ApiError{400, std::string("the request body is not valid JSON: ") + e.what(),
+                             "invalid_request_error", "", "invalid_json"});
+    return false;
+  }
+  return true;
+}
+
 HttpServer::HttpServer(Engine* engine, Metrics* metrics, ServerOptions opts)
     : engine_(engine), metrics_(metrics), opts_(std::move(opts)) {
 #ifdef CPPHTTPLIB_OPENSSL_SUPPORT

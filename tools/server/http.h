@@ -38,6 +38,10 @@ struct HandlerContext {
   const std::atomic<bool>* shutting_down = nullptr;
 };
 
+// The common start of the POST handlers that need the model: 503 while shutting down or
+// loading, 400 when the body is not JSON. False once the error is sent; else `body` is parsed.
+bool begin_model_request(const HandlerContext& hc, const httplib::Request& req, httplib::Response& res, Json* body);
+
 // POST /v1/chat/completions and /v1/completions (generate.cpp).
 void handle_generate(const HandlerContext& hc, Endpoint endpoint, const httplib::Request& req,
                      httplib::Response& res);
