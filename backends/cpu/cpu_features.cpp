@@ -4,6 +4,11 @@
 #include <cstdint>
 #include <cstdlib>
 
+#if defined(__aarch64__) && defined(__linux__)
+#include <asm/hwcap.h>
+#include <sys/auxv.h>
+#endif
+
 namespace kite::cpu {
 namespace {
 
@@ -39,7 +44,12 @@ CpuFeatures detect() {
   if (!ymm) f.avx2 = f.fma = f.f16c = f.avx_vnni = false;
   if (!zmm) f.avx512f = f.avx512bw = f.avx512vl = f.avx512vnni = f.avx512bf16 = false;
 #elif defined(__aarch64__)
-  f.neon = true;
+  f.neon = true;  // Advanced SIMD is part of the aarch64 base architecture
+#if defined(__linux__)
+  const unsigned long hwcap = getauxval(AT_HWCAP);
+  f.neon = (hwcap & HWCAP_ASIMD) != 0;
+  f.dotprod = (hwcap & HWCAP_ASIMDDP) != 0;
+#endif
 #endif
   return f;
 }
@@ -52,11 +62,41 @@ bool level_supported(SimdLevel l) {
     case SimdLevel::kAvx2: return f.avx2 && f.fma && f.f16c;
     case SimdLevel::kAvx512:
       return f.avx2 && f.fma && f.f16c && f.avx512f && f.avx512bw && f.avx512vl && f.avx512vnni;
-#else
-    default: return false;
 #endif
+#if defined(KITE_CPU_ARM_KERNELS)
+    case SimdLevel::kNeon: return f.neon;
+    case SimdLevel::kNeonDot: return f.neon && f.dotprod;
+#endif
+    default: return false;
   }
   return false;
+}
+
+// All levels, lowest first within each architecture.
+constexpr SimdLevel kAllLevels[] = {SimdLevel::kScalar, SimdLevel::kAvx2, SimdLevel::kAvx512, SimdLevel::kNeon,
+                                    SimdLevel::kNeonDot};
+
+// The next lower level of the same architecture (kScalar below the lowest).
+SimdLevel level_below(SimdLevel l) {
+  switch (l) {
+    case SimdLevel::kAvx512: return SimdLevel::kAvx2;
+    case SimdLevel::kNeonDot: return SimdLevel::kNeon;
+    default: return SimdLevel::kScalar;
+  }
+}
+
+[[maybe_unused]] bool is_x86_level(SimdLevel l) { return l == SimdLevel::kAvx2 || l == SimdLevel::kAvx512; }
+[[maybe_unused]] bool is_arm_level(SimdLevel l) { return l == SimdLevel::kNeon || l == SimdLevel::kNeonDot; }
+
+// Whether l is a level of the architecture this binary runs on (kScalar is of every one).
+bool native_architecture(SimdLevel l) {
+#if defined(__x86_64__) || defined(__i386__)
+  return !is_arm_level(l);
+#elif defined(__aarch64__)
+  return !is_x86_level(l);
+#else
+  return l == SimdLevel::kScalar;
+#endif
 }
 
 constexpr int kNotForced = -1;
@@ -90,6 +130,7 @@ std::string CpuFeatures::describe() const {
   add(avx512bf16, "avx512bf16");
   add(avx_vnni, "avxvnni");
   add(neon, "neon");
+  add(dotprod, "asimddp");
   return s.empty() ? "none" : s;
 }
 
@@ -103,12 +144,14 @@ const char* simd_level_name(SimdLevel l) {
     case SimdLevel::kScalar: return "scalar";
     case SimdLevel::kAvx2: return "avx2";
     case SimdLevel::kAvx512: return "avx512";
+    case SimdLevel::kNeon: return "neon";
+    case SimdLevel::kNeonDot: return "neondot";
   }
   return "?";
 }
 
 bool parse_simd_level(std::string_view s, SimdLevel* out) {
-  for (SimdLevel l : {SimdLevel::kScalar, SimdLevel::kAvx2, SimdLevel::kAvx512}) {
+  for (SimdLevel l : kAllLevels) {
     if (s == simd_level_name(l)) {
       *out = l;
       return true;
@@ -120,7 +163,7 @@ bool parse_simd_level(std::string_view s, SimdLevel* out) {
 SimdLevel best_simd_level() {
   static const SimdLevel best = [] {
     SimdLevel b = SimdLevel::kScalar;
-    for (SimdLevel l : {SimdLevel::kAvx2, SimdLevel::kAvx512})
+    for (SimdLevel l : kAllLevels)
       if (level_supported(l)) b = l;
     return b;
   }();
@@ -129,7 +172,7 @@ SimdLevel best_simd_level() {
 
 std::vector<SimdLevel> supported_simd_levels() {
   std::vector<SimdLevel> v;
-  for (SimdLevel l : {SimdLevel::kScalar, SimdLevel::kAvx2, SimdLevel::kAvx512})
+  for (SimdLevel l : kAllLevels)
     if (level_supported(l)) v.push_back(l);
   return v;
 }
@@ -142,7 +185,8 @@ SimdLevel active_simd_level() {
 }
 
 void force_simd_level(SimdLevel l) {
-  while (!level_supported(l)) l = static_cast<SimdLevel>(static_cast<int>(l) - 1);
+  if (!native_architecture(l)) l = best_simd_level();
+  while (!level_supported(l)) l = level_below(l);
   g_forced.store(static_cast<int>(l), std::memory_order_relaxed);
 }
 

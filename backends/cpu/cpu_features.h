@@ -2,8 +2,8 @@
 //
 // Kernels for each instruction-set level live in their own source file compiled with that
 // level's target flags (backends/CMakeLists.txt); nothing else is built with them, so the
-// binary runs on any x86-64 and picks its kernels here at run time. The scalar kernels are
-// always available and are the reference the others are tested against.
+// binary runs on any x86-64 (or any aarch64) and picks its kernels here at run time. The scalar
+// kernels are always available and are the reference the others are tested against.
 #pragma once
 
 #include <string>
@@ -16,18 +16,20 @@ struct CpuFeatures {
   bool avx2 = false, fma = false, f16c = false;
   bool avx512f = false, avx512bw = false, avx512vl = false;
   bool avx512vnni = false, avx512bf16 = false, avx_vnni = false;
-  bool neon = false;
+  bool neon = false, dotprod = false;  // aarch64: Advanced SIMD; the Armv8.2 SDOT/UDOT extension
   std::string describe() const;  // "avx2 fma f16c avx512f ..."
 };
 
-// Detected once (cpuid via the compiler's builtins).
+// Detected once (x86: cpuid via the compiler's builtins; aarch64 Linux: getauxval(AT_HWCAP)).
 const CpuFeatures& cpu_features();
 
-// Kernel levels, in increasing order.
-//   kScalar: the reference (dequantize to f32, scalar dot); any CPU.
-//   kAvx2:   AVX2 + FMA + F16C (maddubs/madd int8 dot products).
-//   kAvx512: AVX-512 F/BW/VL + AVX512-VNNI (vpdpbusd, 512-bit float dots).
-enum class SimdLevel : int { kScalar = 0, kAvx2 = 1, kAvx512 = 2 };
+// Kernel levels; within one architecture, in increasing order.
+//   kScalar:  the reference (dequantize to f32, scalar dot); any CPU.
+//   kAvx2:    x86-64: AVX2 + FMA + F16C (maddubs/madd int8 dot products).
+//   kAvx512:  x86-64: AVX-512 F/BW/VL + AVX512-VNNI (vpdpbusd, 512-bit float dots).
+//   kNeon:    aarch64: Advanced SIMD (smull/sadalp int8 dot products); every aarch64 CPU.
+//   kNeonDot: aarch64: kNeon + the dot-product extension (sdot; HWCAP_ASIMDDP).
+enum class SimdLevel : int { kScalar = 0, kAvx2 = 1, kAvx512 = 2, kNeon = 3, kNeonDot = 4 };
 
 const char* simd_level_name(SimdLevel l);
 bool parse_simd_level(std::string_view s, SimdLevel* out);
@@ -40,7 +42,9 @@ std::vector<SimdLevel> supported_simd_levels();
 // -> kScalar, else KITE_CPU_SIMD=<name> if supported, else best_simd_level(). Read on each op
 // (a relaxed atomic load), so forcing takes effect for the next op.
 SimdLevel active_simd_level();
-// Forces a level (clamped to what the CPU supports); reset_simd_level() undoes it.
+// Forces a level, clamped to what the CPU supports: an unsupported level steps down within its
+// architecture (avx512 -> avx2 -> scalar, neondot -> neon -> scalar); a level of another
+// architecture means best_simd_level(). reset_simd_level() undoes it.
 void force_simd_level(SimdLevel l);
 void reset_simd_level();
 

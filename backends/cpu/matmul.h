@@ -108,6 +108,9 @@ const MatmulKernels* matmul_kernels_for(SimdLevel level);
 // Kernel tables of the compiled x86 levels (their files are compiled only on x86-64).
 const MatmulKernels& matmul_kernels_avx2();
 const MatmulKernels& matmul_kernels_avx512();
+// Kernel tables of the aarch64 levels (matmul_neon*.cpp, compiled only on aarch64).
+const MatmulKernels& matmul_kernels_neon();
+const MatmulKernels& matmul_kernels_neon_dot();
 
 // Scalar activation quantizers (reference-level; also used by tests).
 void quantize_act_q8_scalar(const float* x, void* dst, int64_t k);

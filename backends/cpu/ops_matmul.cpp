@@ -44,7 +44,14 @@ const MatmulKernels* kernels_for(SimdLevel l) {
   switch (l) {
     case SimdLevel::kAvx2: return &matmul_kernels_avx2();
     case SimdLevel::kAvx512: return &matmul_kernels_avx512();
-    case SimdLevel::kScalar: return nullptr;
+    default: return nullptr;
+  }
+#endif
+#if defined(KITE_CPU_ARM_KERNELS)
+  switch (l) {
+    case SimdLevel::kNeon: return &matmul_kernels_neon();
+    case SimdLevel::kNeonDot: return &matmul_kernels_neon_dot();
+    default: return nullptr;
   }
 #endif
   (void)l;
