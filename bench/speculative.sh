@@ -5,7 +5,11 @@
 # concurrency grows (kite bench --parallel with and without --spec).
 # Not run in CI. Needs llama.cpp built by bench/build-llama-cpp.sh (target
 # llama-speculative-simple and llama-bench).
-#   bench/speculative.sh [N=128] [REPS=3]     env: THREADS, KITE, LLAMA_CPP_DIR, TESTDATA, NPL
+# Last, where decode is closer to memory-bound: plain against --spec ngram on Llama-1B shapes
+# with random weights (SYNTH, default /tmp/kite-bench/llama-1b-Q4_K_M.gguf, made by
+# `kite bench --synthetic llama-1b --type f16 --write-gguf` + llama-quantize; skipped when
+# missing). Its greedy output falls into a loop within a few tokens: a repetitive continuation.
+#   bench/speculative.sh [N=128] [REPS=3]     env: THREADS, KITE, LLAMA_CPP_DIR, TESTDATA, NPL, SYNTH
 set -euo pipefail
 cd "$(dirname "$0")/.."
 n="${1:-128}"
@@ -63,6 +67,8 @@ for rep in $(seq "$reps"); do
     kite_run "kite --draft $dn --draft-fixed --draft-max 8 --draft-p-min 0" "$story" --draft "$d" --draft-fixed --draft-max 8 --draft-p-min 0
     llama_spec "llama.cpp draft-simple $dn n-max 8" "$story" -md "$d" --spec-type draft-simple --spec-draft-n-max 8 -td "$threads"
   done
+  # A pair that agrees: the target as its own draft (the policy must keep drafting).
+  kite_run "kite --draft the target itself (adaptive)" "$story" --draft "$target"
   kite_run "kite no speculation (repeat)" "$repeat"
   kite_run "kite --spec ngram (repeat)" "$repeat" --spec ngram
   kite_run "kite --spec ngram --draft-fixed (repeat)" "$repeat" --spec ngram --draft-fixed
@@ -87,6 +93,19 @@ for label, v in rows.items():
         continue
     print(f"| {label} | {statistics.median(ts):.1f} | {' '.join(f'{x:.1f}' for x in ts)} | {v[-1][1]} |")
 EOF
+
+synth="${SYNTH:-/tmp/kite-bench/llama-1b-Q4_K_M.gguf}"
+if [[ -f "$synth" ]]; then
+  echo
+  echo "## Llama-1B shapes, random weights ($synth): kite bench --parallel 1 -p 32 -n $n, plain / --spec ngram alternated"
+  for rep in $(seq "$reps"); do
+    for mode in "" "--spec ngram"; do
+      # shellcheck disable=SC2086
+      "$kite" bench -m "$synth" --parallel 1 -p 32 -n "$n" -t "$threads" $mode 2>/dev/null | grep -E '^\|    1 ' |
+        awk -F'|' -v m="${mode:-plain}" '{gsub(/ /,"",$8); gsub(/ /,"",$10); gsub(/ /,"",$11); print m ": S_TG " $8 " t/s" ($10 != "" ? ", drafted " $10 ", accepted " $11 : "")}'
+    done
+  done
+fi
 
 echo
 echo "## concurrency: kite bench --parallel $npl, prompts cut from heldout.txt, greedy"

@@ -39,6 +39,7 @@ struct Scheduler::Seq {
   std::optional<Sampler> draft_sampler;
   std::optional<NgramIndex> ngram;
   AcceptanceEstimate acceptance;
+  ProbeBackoff backoff;
   Draft draft;
 };
 
@@ -351,20 +352,27 @@ Status Scheduler::step() {
 
 // --- speculative decoding ------------------------------------------------------------------------
 
-// Relative priors until the fits have seen enough steps: an extra row costs a tenth of a step,
-// a draft step (a model ~6x smaller) a seventh.
+// The options' prior, in seconds once the target has a few measured steps; each fit replaces
+// its half of it when ready (nothing is measured without measure_cost).
 StepCost Scheduler::step_cost() const {
-  StepCost c;
-  const bool draft = opts_.speculative.mode == SpecMode::kDraft;
-  if (target_cost_.ready() && (!draft || draft_cost_.ready())) {
+  const SpeculativeOptions& so = opts_.speculative;
+  const bool draft = so.mode == SpecMode::kDraft;
+  StepCost c = so.cost_prior;
+  if (!draft) c.draft_fixed = c.draft_per_token = 0;
+  if (!so.measure_cost) return c;
+  if (target_cost_.ready()) {
+    const double scale = c.target_fixed > 0 ? target_cost_.a() / c.target_fixed : 1.0;
+    c.draft_fixed *= scale, c.draft_per_token *= scale;
     c.target_fixed = target_cost_.a();
     c.target_per_token = target_cost_.b();
-    if (draft) c.draft_fixed = draft_cost_.a(), c.draft_per_token = draft_cost_.b();
-    return c;
+  } else if (target_cost_.observations() >= 3) {  // one step size so far: scale the prior to it
+    const double prior = c.target_fixed + c.target_per_token * target_cost_.mean_tokens();
+    const double scale = prior > 0 ? target_cost_.mean_seconds() / prior : 1.0;
+    c.target_fixed *= scale, c.target_per_token *= scale, c.draft_fixed *= scale, c.draft_per_token *= scale;
+  } else {
+    return c;  // no unit to compare the draft's seconds with yet
   }
-  c.target_fixed = 1.0;
-  c.target_per_token = 0.1;
-  if (draft) c.draft_fixed = 0.15, c.draft_per_token = 0.01;
+  if (draft && draft_cost_.ready()) c.draft_fixed = draft_cost_.a(), c.draft_per_token = draft_cost_.b();
   return c;
 }
 
@@ -386,6 +394,7 @@ Status Scheduler::draft_step(int64_t* budget) {
     cap = std::min(cap, kv.n_ctx() - len - 1);
     s->draft.clear();
     if (cap <= 0) continue;
+    if (so.adaptive && !s->backoff.ready()) continue;  // backed off: no lookup, no draft catch-up
     if (so.mode == SpecMode::kNgram) {
       if (!s->ngram) s->ngram.emplace(so.ngram_min, so.ngram_max);
       s->ngram->update(s->tokens);
@@ -444,6 +453,7 @@ Status Scheduler::draft_step(int64_t* budget) {
       // for nothing: count it as a failed trial so the policy backs off.
       if (want > 0 && s->draft.tokens.empty()) {
         s->acceptance.record(1, 0);
+        s->backoff.record(0, so.backoff_cap);
       } else {
         s->acceptance.idle_step();
       }
@@ -502,6 +512,7 @@ void Scheduler::verify(Seq& s, size_t row, int32_t n_draft) {
   stats_.drafted += n_draft;
   stats_.accepted += accepted;
   s.acceptance.record(n_draft, accepted);
+  if (opts_.speculative.adaptive) s.backoff.record(accepted, opts_.speculative.backoff_cap);  // a probe
   if (s.done) return;  // finish() released both caches
   // tokens = ..., pending, accepted proposals, the new pending token: positions up to the
   // accepted ones are in the KV, the rest of the proposals are not part of the sequence.

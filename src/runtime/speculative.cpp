@@ -32,6 +32,8 @@ Status SpeculativeOptions::validate() const {
   if (ngram_min < 1 || ngram_max < ngram_min || ngram_max > 16)
     return make_error("ngram sizes must satisfy 1 <= ngram_min <= ngram_max <= 16, got ", ngram_min, "..", ngram_max);
   if (max_step_drafts < 1) return make_error("max_step_drafts must be >= 1, got ", max_step_drafts);
+  if (backoff_cap < 1) return make_error("backoff_cap must be >= 1, got ", backoff_cap);
+  if (draft_window < 0) return make_error("draft_window must be >= 0, got ", draft_window);
   return ok_status();
 }
 
@@ -93,9 +95,14 @@ void NgramIndex::update(std::span<const int32_t> tokens) {
   // An n-gram ending at e - 1 is indexed once its continuation tokens[e] exists.
   for (size_t e = std::max<size_t>(indexed_, 1); e < tokens.size(); ++e)
     for (int32_t n = n_min_; n <= n_max_; ++n) {
-      if (e < static_cast<size_t>(n)) break;
-      maps_[static_cast<size_t>(n - n_min_)][hash(tokens.subspan(e - static_cast<size_t>(n), static_cast<size_t>(n)))] =
-          static_cast<int32_t>(e);
+      const size_t un = static_cast<size_t>(n);
+      if (e < un) break;
+      auto [it, fresh] = maps_[static_cast<size_t>(n - n_min_)].try_emplace(hash(tokens.subspan(e - un, un)));
+      Entry& entry = it->second;
+      // A different continuation (or a hash collision, which only costs proposals) makes the
+      // n-gram ambiguous for good.
+      if (!fresh && tokens[static_cast<size_t>(entry.next)] != tokens[e]) entry.ambiguous = true;
+      entry.next = static_cast<int32_t>(e);
     }
   indexed_ = std::max(indexed_, tokens.size());
 }
@@ -105,17 +112,26 @@ int32_t NgramIndex::propose(std::span<const int32_t> tokens, int32_t max, std::v
   for (int32_t n = n_max_; n >= n_min_ && max > 0; --n) {
     const size_t un = static_cast<size_t>(n);
     if (size < un + 1) continue;
-    const std::span<const int32_t> suffix = tokens.subspan(size - un, un);
     const auto& map = maps_[static_cast<size_t>(n - n_min_)];
+    const std::span<const int32_t> suffix = tokens.subspan(size - un, un);
     auto it = map.find(hash(suffix));
     if (it == map.end()) continue;
-    const size_t e = static_cast<size_t>(it->second);
+    const size_t e = static_cast<size_t>(it->second.next);
     if (e < un || e >= size ||
         !std::equal(suffix.begin(), suffix.end(), tokens.begin() + static_cast<ptrdiff_t>(e - un)))
       continue;  // a hash collision
-    const size_t end = std::min(size, e + static_cast<size_t>(max));
-    out.insert(out.end(), tokens.begin() + static_cast<ptrdiff_t>(e), tokens.begin() + static_cast<ptrdiff_t>(end));
-    return static_cast<int32_t>(end - e);
+    // The longest match decides: when it is ambiguous, so is every shorter one.
+    if (it->second.ambiguous) return 0;
+    const size_t limit = n == n_max_ ? static_cast<size_t>(max) : std::min(static_cast<size_t>(max), un);
+    size_t j = 0;
+    for (; j < limit && e + j < size; ++j) {
+      if (j > 0) {  // the context of position e + j: the n-gram ending at e + j - 1
+        auto c = map.find(hash(tokens.subspan(e + j - un, un)));
+        if (c != map.end() && c->second.ambiguous) break;
+      }
+      out.push_back(tokens[e + j]);
+    }
+    return static_cast<int32_t>(j);
   }
   return 0;
 }
@@ -128,17 +144,25 @@ void NgramIndex::reset() {
 // --- draft model ---------------------------------------------------------------------------------
 
 std::vector<int32_t>& DraftModel::seen(int32_t slot) {
-  if (seen_.size() < static_cast<size_t>(ctx_.kv().n_seqs())) seen_.resize(static_cast<size_t>(ctx_.kv().n_seqs()));
+  const size_t n = static_cast<size_t>(ctx_.kv().n_seqs());
+  if (seen_.size() < n) seen_.resize(n), offset_.resize(n, 0);
   return seen_[static_cast<size_t>(slot)];
 }
 
 void DraftModel::reset(int32_t slot) {
   ctx_.kv().clear(slot);
   seen(slot).clear();
+  offset_[static_cast<size_t>(slot)] = 0;
 }
 
 void DraftModel::rollback(int32_t slot, std::span<const int32_t> tokens) {
   std::vector<int32_t>& held = seen(slot);
+  const size_t off = offset_[static_cast<size_t>(slot)];
+  if (off > 0 && tokens.size() <= off) {  // the window starts past the sequence's end
+    reset(slot);
+    return;
+  }
+  tokens = tokens.subspan(off);
   const size_t len = std::min(held.size(), tokens.size());
   size_t common = 0;
   while (common < len && held[common] == tokens[common]) ++common;
@@ -146,6 +170,27 @@ void DraftModel::rollback(int32_t slot, std::span<const int32_t> tokens) {
     ctx_.kv().truncate(slot, static_cast<int64_t>(common));
     held.resize(common);
   }
+}
+
+size_t DraftModel::sync(int32_t slot, std::span<const int32_t> tokens) {
+  rollback(slot, tokens);
+  std::vector<int32_t>& held = seen(slot);
+  size_t& off = offset_[static_cast<size_t>(slot)];
+  const size_t window = static_cast<size_t>(std::max(0, opts_.draft_window));
+  // Far behind (after a back-off): restart from the last `window` tokens. A slot that holds
+  // nothing yet (a new sequence) takes its whole prompt, as far as the prefix cache has it.
+  const bool started = !held.empty() || off > 0;
+  if (window > 0 && started && tokens.size() - off - held.size() > window) {
+    ctx_.kv().clear(slot);
+    held.clear();
+    off = tokens.size() - window;
+  }
+  if (held.empty()) {
+    const std::span<const int32_t> view = tokens.subspan(off);
+    const int64_t m = ctx_.kv().match_prefix(slot, view);
+    held.assign(view.begin(), view.begin() + m);
+  }
+  return off;
 }
 
 namespace {
@@ -177,12 +222,8 @@ Status DraftModel::propose(std::span<Item> items, SpecStats& stats) {
     Item& it = items[i];
     it.out->clear();
     if (it.k <= 0 || it.tokens.empty()) continue;
-    rollback(it.slot, it.tokens);
+    it.tokens = it.tokens.subspan(sync(it.slot, it.tokens));  // from here on, the draft's view
     std::vector<int32_t>& held = seen(it.slot);
-    if (held.empty()) {
-      const int64_t m = kv.match_prefix(it.slot, it.tokens);
-      held.assign(it.tokens.begin(), it.tokens.begin() + m);
-    }
     if (held.size() >= it.tokens.size()) {  // the last token is fed again for its logits
       kv.truncate(it.slot, static_cast<int64_t>(it.tokens.size()) - 1);
       held.resize(it.tokens.size() - 1);

@@ -16,10 +16,13 @@
 //  - Drafters never change the target's KV cache; the draft model's KV (its own Context with the
 //    same sequence slots) follows each sequence's accepted tokens lazily: before drafting, the
 //    slot is truncated to the common prefix with the sequence and the tokens it has not seen are
-//    fed in.
+//    fed in; a slot more than draft_window tokens behind restarts from the sequence's last
+//    draft_window tokens instead (its context is then a suffix of the sequence; proposals only
+//    affect acceptance, never the output).
 //  - Nothing here allocates per token once the buffers have grown.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -37,15 +40,35 @@ enum class SpecMode { kNone, kDraft, kNgram };
 const char* spec_mode_name(SpecMode m);  // "none", "draft", "ngram"
 Result<SpecMode> parse_spec_mode(std::string_view name);
 
+// Relative costs of one step (seconds, or any unit that is the same for all four).
+struct StepCost {
+  double target_fixed = 1.0, target_per_token = 0.15;
+  double draft_fixed = 0.0, draft_per_token = 0.0;  // zero for n-gram lookup
+};
+
 struct SpeculativeOptions {
   SpecMode mode = SpecMode::kNone;
   int32_t max_draft = 8;  // proposals per sequence and step at most
   float p_min = 0.75f;    // the draft model stops when its top probability is below this
-  int32_t ngram_min = 1;  // n-gram lookup: suffix lengths tried, longest first
-  int32_t ngram_max = 4;
+  int32_t ngram_min = 2;  // n-gram lookup: suffix lengths tried, longest first (see NgramIndex)
+  int32_t ngram_max = 12;
   int32_t max_step_drafts = 64;  // proposals over all sequences in one step at most (the budget)
-  bool adaptive = true;          // choose draft lengths from acceptance and measured cost; false:
-                                 // always max_draft (what llama.cpp's speculative-simple does)
+  bool adaptive = true;          // choose draft lengths from acceptance and cost, and back off
+                                 // after fruitless probes (ProbeBackoff); false: always max_draft
+                                 // (what llama.cpp's speculative-simple does)
+  int32_t backoff_cap = 256;     // adaptive: steps a sequence waits at most between fruitless probes
+  int32_t draft_window = 32;     // a draft model more than this many tokens behind its sequence
+                                 // restarts from the last draft_window tokens instead of catching
+                                 // up on all of them (0: always catch up). Only acceptance changes.
+  // Adaptive draft lengths weigh acceptance against step costs: cost_prior, scaled to the
+  // target's measured seconds per step as soon as a few steps ran, with each model's own fit
+  // of seconds against tokens once it is ready (StepCostFit::ready: steps of different sizes;
+  // the draft's fit settles within a few probes, as its catch-ups differ in length). Measured
+  // costs make the decisions, and so the drafted counts, vary from run to run.
+  // measure_cost = false plans with cost_prior only: every decision is then a function of the
+  // tokens and the models' outputs (reproducible; tests).
+  bool measure_cost = true;
+  StepCost cost_prior{1.0, 0.1, 0.15, 0.01};  // an extra row a tenth of a step, a draft step a seventh
   Status validate() const;
 };
 
@@ -73,9 +96,18 @@ Verdict verify_proposal(std::span<const TokenProb> p, int32_t x, std::span<const
 
 // --- n-gram / prompt lookup --------------------------------------------------------------------
 
-// Proposes the tokens that followed the most recent earlier occurrence of the sequence's longest
-// suffix of n_max..n_min tokens. One index per sequence; update() hashes only the tokens added
-// since the last call (a sequence's tokens only grow).
+// Prompt lookup: proposes the continuation of the sequence's longest suffix (n_max..n_min
+// tokens) that occurred before, copied from its most recent occurrence. Selective, because a
+// wrong proposal costs a verified row:
+//  - an n-gram that was followed by different tokens at different places is ambiguous: no
+//    proposal starts from it, and a proposal stops before the first position whose context
+//    (the n tokens before it) is ambiguous;
+//  - a match of n tokens proposes at most n (at most `max` when n == n_max: the text repeats
+//    for at least that long).
+// (llama.cpp's ngram-simple looks up one size, 12 tokens, and copies up to 48 when at least 12
+// follow; this accepts shorter matches, limited by their length and their ambiguity.)
+// One index per sequence; update() hashes only the tokens added since the last call (a
+// sequence's tokens only grow; shorter tokens start over).
 class NgramIndex {
  public:
   NgramIndex(int32_t n_min, int32_t n_max);
@@ -85,10 +117,14 @@ class NgramIndex {
   void reset();
 
  private:
+  struct Entry {
+    int32_t next = 0;        // index of the token after the most recent occurrence
+    bool ambiguous = false;  // some occurrence was followed by another token
+  };
   static uint64_t hash(std::span<const int32_t> gram);
   int32_t n_min_, n_max_;
-  std::vector<std::unordered_map<uint64_t, int32_t>> maps_;  // [n - n_min]: key -> index after the n-gram
-  size_t indexed_ = 0;                                       // tokens[0, indexed_) are in the maps
+  std::vector<std::unordered_map<uint64_t, Entry>> maps_;  // [n - n_min]: key -> entry
+  size_t indexed_ = 0;                                     // tokens[0, indexed_) are in the maps
 };
 
 // --- draft model ---------------------------------------------------------------------------------
@@ -131,10 +167,14 @@ class DraftModel {
 
  private:
   std::vector<int32_t>& seen(int32_t slot);
+  // Positions the draft holds for the sequence `tokens`: the window's start, after truncating to
+  // the common prefix; restarts the slot when it is more than draft_window tokens behind.
+  size_t sync(int32_t slot, std::span<const int32_t> tokens);
 
   Context& ctx_;
   SpeculativeOptions opts_;
   std::vector<std::vector<int32_t>> seen_;  // per slot: the tokens in the draft's KV
+  std::vector<size_t> offset_;              // per slot: seen_ is tokens[offset_, ...)
   std::vector<BatchToken> batch_;
   std::vector<int32_t> active_;
   std::vector<int64_t> first_;
@@ -146,6 +186,38 @@ class DraftModel {
 
 // --- policy ------------------------------------------------------------------------------------
 
+// A sequence's exponential back-off after fruitless probes (adaptive mode). A probe is a step
+// in which the sequence was given a draft (a draft-model run, or n-gram proposals to verify);
+// it is fruitless when no proposal came back or none was accepted. After the i-th fruitless
+// probe in a row the sequence skips min(2^(i-1), cap) steps without drafting at all (no lookup,
+// no draft-model catch-up); a probe that accepted at least two proposals resets it, and one
+// that accepted exactly one keeps the current wait (one token rarely pays for a draft step and
+// a verified row; resetting on it made a pair that cannot pay probe again every step). Over n
+// steps of a drafter that is never right it probes about log2(n) times while the waits grow,
+// then once per cap + 1 steps.
+class ProbeBackoff {
+ public:
+  // Whether this step may probe. A step that may not counts one step of the wait.
+  bool ready() {
+    if (wait_ == 0) return true;
+    --wait_;
+    return false;
+  }
+  // The outcome of a probe: proposals accepted (0 when none came back).
+  void record(int32_t accepted, int32_t cap) {
+    if (accepted >= 2) {
+      level_ = 0;
+    } else if (accepted == 0) {
+      level_ = std::min(cap, std::max(1, level_ * 2));
+    }
+    wait_ = level_;
+  }
+  int32_t wait() const { return wait_; }
+
+ private:
+  int32_t wait_ = 0, level_ = 0;
+};
+
 // An online least-squares fit of seconds = a + b * tokens with exponential forgetting.
 class StepCostFit {
  public:
@@ -153,6 +225,10 @@ class StepCostFit {
   bool ready() const { return n_ >= 6 && var_ok(); }
   double a() const;
   double b() const;
+  // Before it is ready (e.g. every step had the same size): the observations' mean.
+  int64_t observations() const { return n_; }
+  double mean_tokens() const { return s0_ > 0 ? sn_ / s0_ : 0; }
+  double mean_seconds() const { return s0_ > 0 ? st_ / s0_ : 0; }
 
  private:
   bool var_ok() const;
@@ -170,11 +246,6 @@ class AcceptanceEstimate {
 
  private:
   double num_ = 0, den_ = 0;
-};
-
-struct StepCost {
-  double target_fixed = 1.0, target_per_token = 0.15;  // seconds (or any unit, the same for all)
-  double draft_fixed = 0.0, draft_per_token = 0.0;     // zero for n-gram lookup
 };
 
 // Draft lengths maximizing expected tokens per second for one step: `rate[i]` is sequence i's
