@@ -2,9 +2,17 @@
 // CPU registers last and is the fallback.
 #include "backends/cpu/cpu_backend.h"
 #include "src/core/backend.h"
+#ifdef KITE_CUDA
+#include "backends/cuda/cuda_backend.h"
+#endif
 
 namespace kite {
 
-void register_builtin_backends() { register_backend("cpu", cpu::make_cpu_backend); }
+void register_builtin_backends() {
+#ifdef KITE_CUDA
+  register_backend("cuda", cuda::make_cuda_backend);
+#endif
+  register_backend("cpu", cpu::make_cpu_backend);
+}
 
 }  // namespace kite

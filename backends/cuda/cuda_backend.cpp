@@ -1,0 +1,252 @@
+// The CUDA Backend: buffers are cudaMalloc'd device memory; compute() launches each node's
+// kernel on the device's one stream and returns without waiting (synchronize() waits). With
+// KITE_CUDA_GRAPHS=1 in the environment, a step seen twice is captured as a CUDA graph and
+// replayed (off by default until it has been validated on a GPU).
+#include "backends/cuda/cuda_backend.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "backends/cuda/device.h"
+#include "backends/cuda/kernels.h"
+
+namespace kite::cuda {
+namespace {
+
+class CudaBuffer final : public Buffer {
+ public:
+  CudaBuffer(Backend& backend, Device& dev, DevicePtr p, size_t bytes)
+      : backend_(backend), dev_(dev), ptr_(std::move(p)), size_(bytes) {
+    dev_.register_range(ptr_.get(), size_);
+  }
+  ~CudaBuffer() override {
+    cudaStreamSynchronize(dev_.stream());  // kernels may still read or write it
+    dev_.unregister_range(ptr_.get());
+  }
+  void* base() override { return ptr_.get(); }
+  size_t size() const override { return size_; }
+  Backend& backend() override { return backend_; }
+
+ private:
+  Backend& backend_;
+  Device& dev_;
+  DevicePtr ptr_;
+  size_t size_;
+};
+
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(std::unique_ptr<Device> dev) : dev_(std::move(dev)) {}
+
+  std::string_view name() const override { return "cuda"; }
+  bool is_host() const override { return false; }
+  bool supports(const Tensor& n) const override { return node_supported(n); }
+
+  Result<std::unique_ptr<Buffer>> alloc(size_t bytes) override {
+    KITE_TRY(dev_->activate());
+    KITE_ASSIGN_OR_RETURN(DevicePtr p, dev_->malloc(bytes, "a buffer"));
+    return std::unique_ptr<Buffer>(std::make_unique<CudaBuffer>(*this, *dev_, std::move(p), bytes));
+  }
+
+  Status upload(const Tensor& t, const void* src, size_t bytes, size_t offset) override {
+    KITE_TRY(dev_->activate());
+    if (!dev_->is_device(t.data))
+      return make_error("cuda: upload to tensor '", t.name, "', which is not in a buffer of this device");
+    return dev_->upload(static_cast<uint8_t*>(t.data) + offset, src, bytes);
+  }
+
+  Status download(const Tensor& t, void* dst, size_t bytes, size_t offset) const override {
+    KITE_TRY(dev_->activate());
+    if (!dev_->is_device(t.data)) {  // a weight still in host memory
+      std::memcpy(dst, static_cast<const uint8_t*>(t.data) + offset, bytes);
+      return ok_status();
+    }
+    return dev_->download(dst, static_cast<const uint8_t*>(t.data) + offset, bytes);
+  }
+
+  Status copy(const Tensor& dst, size_t dst_offset, const Tensor& src, size_t src_offset, size_t bytes) override {
+    KITE_TRY(dev_->activate());
+    if (!dev_->is_device(dst.data) || !dev_->is_device(src.data))
+      return make_error("cuda: copy between '", src.name, "' and '", dst.name, "' needs both in this device's buffers");
+    KITE_CUDA_CHECK(cudaMemcpyAsync(static_cast<uint8_t*>(dst.data) + dst_offset,
+                                    static_cast<const uint8_t*>(src.data) + src_offset, bytes,
+                                    cudaMemcpyDeviceToDevice, dev_->stream()));
+    return ok_status();
+  }
+
+  Status compute(std::span<Tensor* const> nodes) override {
+    KITE_TRY(dev_->activate());
+    if (!use_graphs_ || nodes.size() < kMinGraphNodes) return run_eager(nodes);
+    return run_graph(nodes);
+  }
+
+  Status synchronize() override {
+    KITE_TRY(dev_->activate());
+    return dev_->synchronize();
+  }
+
+ private:
+  static constexpr size_t kMinGraphNodes = 8;  // smaller spans (op-by-op debugging) run eagerly
+  static constexpr size_t kMaxGraphs = 128;
+
+  struct GraphExecDestroy {
+    void operator()(CUgraphExec_st* g) const { cudaGraphExecDestroy(g); }
+  };
+  // A captured step: valid while the device's memory generation is the one it was captured in.
+  struct CachedGraph {
+    std::unique_ptr<CUgraphExec_st, GraphExecDestroy> exec;
+    uint64_t generation = 0;
+    bool seen = false;    // ran eagerly once at `generation`
+    bool failed = false;  // capture failed: always eager
+  };
+
+  Status run_eager(std::span<Tensor* const> nodes) {
+    for (Tensor* n : nodes) {
+      if (auto st = run_node(*dev_, scratch_, n); !st)
+        return st.error().with_context(std::string("cuda: ") + op_name(n->op) + " '" + n->name + "'");
+    }
+    return ok_status();
+  }
+
+  // The identity of a step: its nodes, their shapes and every address they touch (the arena can
+  // move; inputs that change per step are read from device memory, not baked in).
+  static uint64_t step_key(std::span<Tensor* const> nodes) {
+    uint64_t h = 1469598103934665603ull;
+    auto mix = [&h](uint64_t v) { h = (h ^ v) * 1099511628211ull; };
+    mix(nodes.size());
+    for (const Tensor* n : nodes) {
+      mix(reinterpret_cast<uintptr_t>(n));
+      mix(reinterpret_cast<uintptr_t>(n->data));
+      for (int64_t e : n->ne) mix(static_cast<uint64_t>(e));
+      for (const Tensor* src : n->src) mix(src != nullptr ? reinterpret_cast<uintptr_t>(src->data) : 0);
+    }
+    return h;
+  }
+
+  // CUDA graphs (KITE_CUDA_GRAPHS=1): a step's first run at a memory generation is eager (it
+  // uploads weights and sizes scratch); the second is captured into a graph, instantiated and
+  // launched; later runs launch the graph (one launch instead of one per node).
+  Status run_graph(std::span<Tensor* const> nodes) {
+    if (graphs_.size() >= kMaxGraphs) graphs_.clear();
+    CachedGraph& g = graphs_[step_key(nodes)];
+    const cudaStream_t s = dev_->stream();
+    const uint64_t gen = dev_->generation();
+    if (g.exec && g.generation == gen) {
+      KITE_CUDA_CHECK(cudaGraphLaunch(g.exec.get(), s));
+      return ok_status();
+    }
+    if (g.failed) return run_eager(nodes);
+    if (!g.seen || g.generation != gen) {
+      KITE_TRY(run_eager(nodes));
+      g.exec.reset();
+      g.seen = true;
+      g.generation = dev_->generation();
+      return ok_status();
+    }
+    KITE_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed));
+    const Status run = run_eager(nodes);
+    cudaGraph_t graph = nullptr;
+    const cudaError_t end = cudaStreamEndCapture(s, &graph);
+    cudaGraphExec_t exec = nullptr;
+    cudaError_t inst = cudaErrorUnknown;
+    if (run && end == cudaSuccess && graph != nullptr && dev_->generation() == gen)
+      inst = cudaGraphInstantiate(&exec, graph, 0);
+    if (graph != nullptr) cudaGraphDestroy(graph);
+    if (inst != cudaSuccess) {
+      cudaGetLastError();
+      g.failed = true;
+      std::fprintf(stderr, "cuda: graph capture failed (%s); this step runs op by op\n",
+                   !run ? run.error().message.c_str() : cudaGetErrorString(end != cudaSuccess ? end : inst));
+      return run_eager(nodes);  // the captured work did not run
+    }
+    g.exec.reset(exec);
+    g.generation = gen;
+    KITE_CUDA_CHECK(cudaGraphLaunch(exec, s));
+    return ok_status();
+  }
+
+  // Declared before the scratch so that it is destroyed after it (the scratch frees on it).
+  std::unique_ptr<Device> dev_;
+  OpScratch scratch_;
+  std::unordered_map<uint64_t, CachedGraph> graphs_;
+  const bool use_graphs_ = [] {
+    const char* e = std::getenv("KITE_CUDA_GRAPHS");
+    return e != nullptr && std::string_view(e) == "1";
+  }();
+};
+
+}  // namespace
+
+int cuda_device_count() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return n;
+}
+
+Result<std::unique_ptr<Backend>> make_cuda_backend(const BackendOptions& opts) {
+  int n = 0;
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    return make_error("cuda: no CUDA device found (cudaGetDeviceCount: ", cudaGetErrorString(e), ")");
+  }
+  if (n == 0) return make_error("cuda: no CUDA device found (cudaGetDeviceCount: 0 devices)");
+  if (opts.device < 0 || opts.device >= n)
+    return make_error("cuda: device ", opts.device, " does not exist (", n, " device", n == 1 ? "" : "s", ")");
+  KITE_ASSIGN_OR_RETURN(auto dev, Device::open(opts.device));
+  return std::unique_ptr<Backend>(std::make_unique<CudaBackend>(std::move(dev)));
+}
+
+Result<BandwidthReport> cuda_measure_bandwidth(int device, size_t bytes, int reps) {
+  const int n = cuda_device_count();
+  if (n == 0) return make_error("cuda: no CUDA device found");
+  if (device < 0 || device >= n) return make_error("cuda: device ", device, " does not exist");
+  KITE_ASSIGN_OR_RETURN(auto dev, Device::open(device));
+  BandwidthReport r;
+  r.device_name = dev->name();
+  size_t free_b = 0, total_b = 0;
+  KITE_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+  r.total_gib = static_cast<double>(total_b) / (1024.0 * 1024.0 * 1024.0);
+  bytes = bytes / 256 * 256;
+  reps = std::max(reps, 1);
+  KITE_ASSIGN_OR_RETURN(DevicePtr src, dev->malloc(bytes, "bandwidth source"));
+  KITE_ASSIGN_OR_RETURN(DevicePtr dst, dev->malloc(bytes, "bandwidth destination"));
+  KITE_CUDA_CHECK(cudaMemsetAsync(src.get(), 1, bytes, dev->stream()));
+  cudaEvent_t start = nullptr, stop = nullptr;
+  KITE_CUDA_CHECK(cudaEventCreate(&start));
+  std::unique_ptr<CUevent_st, decltype(&cudaEventDestroy)> start_guard(start, &cudaEventDestroy);
+  KITE_CUDA_CHECK(cudaEventCreate(&stop));
+  std::unique_ptr<CUevent_st, decltype(&cudaEventDestroy)> stop_guard(stop, &cudaEventDestroy);
+  auto time_one = [&](bool kernel) -> Result<double> {
+    std::vector<float> ms;
+    for (int i = 0; i < reps + 1; ++i) {
+      KITE_CUDA_CHECK(cudaEventRecord(start, dev->stream()));
+      if (kernel) {
+        KITE_CUDA_CHECK(launch_copy_kernel(src.get(), dst.get(), bytes, dev->stream()));
+      } else {
+        KITE_CUDA_CHECK(cudaMemcpyAsync(dst.get(), src.get(), bytes, cudaMemcpyDeviceToDevice, dev->stream()));
+      }
+      KITE_CUDA_CHECK(cudaEventRecord(stop, dev->stream()));
+      KITE_CUDA_CHECK(cudaEventSynchronize(stop));
+      float t = 0;
+      KITE_CUDA_CHECK(cudaEventElapsedTime(&t, start, stop));
+      if (i > 0) ms.push_back(t);  // the first run warms up
+    }
+    std::sort(ms.begin(), ms.end());
+    const double med = ms[ms.size() / 2] / 1e3;
+    return 2.0 * static_cast<double>(bytes) / med / 1e9;
+  };
+  KITE_ASSIGN_OR_RETURN(r.copy_gbps, time_one(true));
+  KITE_ASSIGN_OR_RETURN(r.memcpy_gbps, time_one(false));
+  return r;
+}
+
+}  // namespace kite::cuda

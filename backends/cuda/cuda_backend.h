@@ -1,0 +1,36 @@
+// kite/backends/cuda/cuda_backend.h — the CUDA backend (plain C++: no CUDA headers here).
+//
+// make_cuda_backend() opens one device (BackendOptions::device) with one stream; tensors in its
+// Buffers are device addresses (cudaMalloc, never managed memory). Weights that live in host
+// memory (leaves of the file mapping, `buffer == nullptr`) are mirrored on the device on first
+// use and read from the mirror afterwards. Every CUDA failure becomes a Status naming the call
+// and its source line; out-of-memory is an error, never a crash.
+#pragma once
+
+#include <memory>
+
+#include "src/base/status.h"
+#include "src/core/backend.h"
+
+namespace kite::cuda {
+
+// Devices visible to the runtime; 0 when there is no driver or no device (never throws).
+int cuda_device_count();
+
+Result<std::unique_ptr<Backend>> make_cuda_backend(const BackendOptions& opts);
+
+// Opens cuBLAS now (the backend opens it with dlopen on its first cuBLAS matmul, so a missing
+// or wrong library shows up only then): for tests and diagnostics; needs no device.
+Status cuda_check_cublas();
+
+// Device read+write bandwidth measured with a device-to-device copy kernel over `bytes` (each
+// of source and destination), median of `reps` runs: bytes read + bytes written per second.
+struct BandwidthReport {
+  double copy_gbps = 0;      // the kite copy kernel
+  double memcpy_gbps = 0;    // cudaMemcpyAsync device-to-device, for comparison
+  std::string device_name;
+  double total_gib = 0;      // device memory
+};
+Result<BandwidthReport> cuda_measure_bandwidth(int device, size_t bytes = size_t{1} << 30, int reps = 10);
+
+}  // namespace kite::cuda

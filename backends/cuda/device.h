@@ -1,0 +1,136 @@
+// kite/backends/cuda/device.h — one CUDA device as the backend sees it: its stream and cuBLAS
+// handle, the ranges of its buffers (to tell device addresses from host pointers), the device
+// mirrors of host-resident weights, grow-only scratch buffers, and the checked-call macros.
+// Internal to backends/cuda (host C++; includes the CUDA runtime headers).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <unordered_map>
+
+#include "backends/cuda/cublas_api.h"
+#include "src/base/status.h"
+#include "src/core/tensor.h"
+
+namespace kite::cuda {
+
+// The error of a failed CUDA runtime call: the call, CUDA's name and text, and the source line.
+Error cuda_error(cudaError_t e, const char* call, const char* file, int line);
+Error cublas_error(cublasStatus_t e, const char* call, const char* file, int line);
+
+#define KITE_CUDA_CHECK(call)                                                                 \
+  do {                                                                                        \
+    const cudaError_t kite_cuda_e_ = (call);                                                  \
+    if (kite_cuda_e_ != cudaSuccess) return ::kite::cuda::cuda_error(kite_cuda_e_, #call, __FILE__, __LINE__); \
+  } while (0)
+
+#define KITE_CUBLAS_CHECK(call)                                                                     \
+  do {                                                                                              \
+    const cublasStatus_t kite_cublas_e_ = (call);                                                   \
+    if (kite_cublas_e_ != CUBLAS_STATUS_SUCCESS)                                                    \
+      return ::kite::cuda::cublas_error(kite_cublas_e_, #call, __FILE__, __LINE__);                  \
+  } while (0)
+
+struct DeviceFree {
+  void operator()(void* p) const { cudaFree(p); }
+};
+struct HostFree {
+  void operator()(void* p) const { cudaFreeHost(p); }
+};
+struct StreamDestroy {
+  void operator()(CUstream_st* s) const { cudaStreamDestroy(s); }
+};
+struct CublasDestroy {
+  void operator()(cublasContext* h) const {
+    if (auto api = cublas_api(); api.ok()) (*api)->destroy(h);  // a handle exists only if it loaded
+  }
+};
+using DevicePtr = std::unique_ptr<void, DeviceFree>;
+using HostPtr = std::unique_ptr<void, HostFree>;
+
+// Device memory that only grows (scratch reused by every step after the first).
+struct Scratch {
+  DevicePtr ptr;
+  size_t bytes = 0;
+};
+
+class Device {
+ public:
+  static Result<std::unique_ptr<Device>> open(int index);
+  ~Device();
+
+  int index() const { return index_; }
+  const std::string& name() const { return name_; }
+  cudaStream_t stream() const { return stream_.get(); }
+  // The cuBLAS handle, created on first use (most steps never call cuBLAS; creating one costs
+  // tens of milliseconds and memory), and the library's entry points (cublas_api.h).
+  Result<cublasHandle_t> cublas();
+  const CublasApi& blas() const { return *blas_; }  // valid once cublas() succeeded
+  // Makes this device current on the calling thread.
+  Status activate() const;
+
+  // cudaMalloc'd memory, registered as a range of this device (out of memory: an error).
+  Result<DevicePtr> malloc(size_t bytes, std::string_view what);
+  void register_range(const void* p, size_t bytes) { ranges_[reinterpret_cast<uintptr_t>(p)] = bytes; }
+  void unregister_range(const void* p) { ranges_.erase(reinterpret_cast<uintptr_t>(p)); }
+  bool is_device(const void* p) const;
+
+  // The device address of a tensor's bytes: its own (a buffer of this device) or, for host
+  // memory (a weight in the file mapping), the device mirror of its root leaf, uploaded on
+  // first use.
+  Result<uint8_t*> address(const Tensor* t);
+  // At least `bytes` of scratch `s` (grows; never shrinks).
+  Result<void*> scratch(Scratch& s, size_t bytes, std::string_view what);
+
+  // Host <-> device through the pinned staging buffer.
+  Status upload(void* dst, const void* src, size_t bytes);
+  Status download(void* dst, const void* src, size_t bytes);
+  Status synchronize();
+
+  size_t mirrored_bytes() const { return mirrored_bytes_; }
+  // Bumped whenever a mirror or scratch buffer is (re)allocated: device addresses that a
+  // captured CUDA graph holds are valid only for the generation it was captured in.
+  uint64_t generation() const { return generation_; }
+
+ private:
+  Device() = default;
+  Result<uint8_t*> mirror(const Tensor* root);
+
+  struct Mirror {
+    DevicePtr ptr;
+    size_t bytes = 0;
+  };
+
+  int index_ = 0;
+  std::string name_;
+  std::unique_ptr<CUstream_st, StreamDestroy> stream_;
+  std::unique_ptr<cublasContext, CublasDestroy> cublas_;
+  const CublasApi* blas_ = nullptr;
+  std::map<uintptr_t, size_t> ranges_;  // device allocations: base -> bytes
+  std::unordered_map<const void*, Mirror> mirrors_;  // host root pointer -> device copy
+  size_t mirrored_bytes_ = 0;
+  uint64_t generation_ = 0;
+  HostPtr staging_;
+  size_t staging_bytes_ = 0;
+  size_t staging_used_ = 0;  // bytes handed to in-flight copies since the last synchronize
+};
+
+// Per-op execution (ops.cpp): whether the kernels cover a node, and launching one.
+bool node_supported(const Tensor& n);
+
+struct OpScratch {
+  Scratch x;      // activations made contiguous
+  Scratch q;      // int8 activations
+  Scratch ds;     // their block scales
+  Scratch xh;     // F16 activations for cuBLAS
+  Scratch w;      // dequantized weight chunk for cuBLAS
+  Scratch part;   // attention partials
+};
+Status run_node(Device& dev, OpScratch& scratch, Tensor* n);
+
+}  // namespace kite::cuda

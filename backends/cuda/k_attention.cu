@@ -1,0 +1,246 @@
+// Attention over the paged KV cache (semantics: backends/cpu/ops_attention.cpp).
+//
+// A token's keys 0..pos are cut into chunks at fixed boundaries that depend only on the token's
+// own length (kChunk keys; longer contexts use multiples of kChunk so there are at most
+// kMaxChunks). One block computes one (chunk, KV head, token): the query heads of the KV head's
+// GQA group are scored against the chunk's keys tile by tile with an online softmax, reading K/V
+// rows through the block table. A token with one chunk writes its output directly; a longer one
+// (flash-decoding) writes partials (max, sum, unnormalized output) that a second kernel merges in
+// chunk order. Decode and prefill rows take the same path, so a token's result never depends on
+// what else is in the batch.
+#include <cuda_fp16.h>
+
+#include <cmath>
+
+#include "backends/cuda/kernels.h"
+#include "backends/cuda/quant.cuh"
+
+namespace kite::cuda {
+namespace {
+
+constexpr int kChunk = 512;     // keys per chunk (the unit of the split)
+constexpr int kMaxChunks = 32;  // chunks per token at most
+constexpr int kTile = 64;       // keys scored per pass
+constexpr int kThreads = 128;
+constexpr int kMaxGroup = 16;
+constexpr int kMaxHd = 256;
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+// Element d of a K/V head slice of type `type` (F32, F16, BF16 or Q8_0).
+__device__ __forceinline__ float kv_elem(int type, const uint8_t* row, int d) {
+  if (type == kQ8_0) {
+    const uint8_t* b = row + (d / 32) * sizeof(quant::BlockQ8_0);
+    return static_cast<float>(static_cast<int8_t>(b[2 + d % 32])) * ld_half(b);
+  }
+  return load_float(type, row, d);
+}
+
+__host__ __device__ inline size_t head_bytes(int type, int hd) {
+  if (type == kQ8_0) return static_cast<size_t>(hd / 32) * sizeof(quant::BlockQ8_0);
+  return static_cast<size_t>(hd) * (type == kF32 ? 4 : 2);
+}
+
+// Keys of the token, its chunk length and chunk count (a function of its own length only).
+struct TokenSplit {
+  int nk, chunk, n_chunks;
+};
+
+__device__ __forceinline__ TokenSplit token_split(const AttentionArgs& a, int t) {
+  TokenSplit s;
+  s.nk = a.pos[t] + 1;
+  const int cap = a.max_blocks * a.block_size;
+  if (s.nk > cap) s.nk = cap;  // positions beyond the table: never read past it
+  if (s.nk < 1) s.nk = 1;
+  const int raw = (s.nk + kChunk - 1) / kChunk;
+  const int mult = (raw + kMaxChunks - 1) / kMaxChunks;
+  s.chunk = kChunk * mult;
+  s.n_chunks = (s.nk + s.chunk - 1) / s.chunk;
+  if (s.n_chunks > a.max_chunks) s.n_chunks = a.max_chunks;  // grid bound (max_ctx from the table)
+  return s;
+}
+
+__global__ void __launch_bounds__(kThreads) attention_kernel(AttentionArgs a) {
+  extern __shared__ float sm[];
+  const int G = a.group, hd = a.hd;
+  const int t = blockIdx.x, g = blockIdx.y, c = blockIdx.z;
+  const TokenSplit sp = token_split(a, t);
+  if (c >= sp.n_chunks) return;
+  const int j0 = c * sp.chunk;
+  const int j1 = c == sp.n_chunks - 1 ? sp.nk : min(sp.nk, j0 + sp.chunk);
+
+  float* qs = sm;                   // [G][hd]
+  float* acc = qs + G * hd;         // [G][hd]
+  float* sc = acc + G * hd;         // [G][kTile] scores, then probabilities
+  float* ms = sc + G * kTile;       // running max per head
+  float* ls = ms + G;               // running sum per head
+  float* cr = ls + G;               // this tile's correction per head
+  auto* slots = reinterpret_cast<long long*>(cr + G + (G % 2 == 0 ? 0 : 1));  // [kTile] (8-aligned)
+
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, n_warps = blockDim.x / 32;
+  const int n_head = a.n_kv * G;
+  for (int idx = tid; idx < G * hd; idx += blockDim.x) {
+    const int h = idx / hd, d = idx % hd;
+    const auto* qrow = reinterpret_cast<const float*>(reinterpret_cast<const uint8_t*>(a.q) +
+                                                      static_cast<size_t>(g * G + h) * a.q_nb1 +
+                                                      static_cast<size_t>(t) * a.q_nb2);
+    qs[idx] = qrow[d];
+    acc[idx] = 0.f;
+  }
+  for (int h = tid; h < G; h += blockDim.x) {
+    ms[h] = -INFINITY;
+    ls[h] = 0.f;
+  }
+  const int32_t* blocks = a.table + static_cast<int64_t>(a.seq[t]) * a.max_blocks;
+  const size_t k_head = head_bytes(a.k_type, hd), v_head = head_bytes(a.v_type, hd);
+  __syncthreads();
+
+  for (int tile0 = j0; tile0 < j1; tile0 += kTile) {
+    const int n = min(kTile, j1 - tile0);
+    for (int jj = tid; jj < n; jj += blockDim.x) {
+      const int j = tile0 + jj;
+      slots[jj] = static_cast<long long>(blocks[j / a.block_size]) * a.block_size + j % a.block_size;
+    }
+    __syncthreads();
+    // Scores: a warp per key, lanes over the head dimension.
+    for (int jj = warp; jj < n; jj += n_warps) {
+      const uint8_t* kr = a.k + static_cast<size_t>(slots[jj]) * a.k_nb1 + g * k_head;
+      float kv[kMaxHd / 32];
+#pragma unroll
+      for (int i = 0; i < kMaxHd / 32; ++i) {
+        const int d = lane + 32 * i;
+        kv[i] = d < hd ? kv_elem(a.k_type, kr, d) : 0.f;
+      }
+      for (int h = 0; h < G; ++h) {
+        float p = 0.f;
+#pragma unroll
+        for (int i = 0; i < kMaxHd / 32; ++i) {
+          const int d = lane + 32 * i;
+          if (d < hd) p += qs[h * hd + d] * kv[i];
+        }
+        p = warp_sum(p);
+        if (lane == 0) sc[h * kTile + jj] = p * a.scale;
+      }
+    }
+    __syncthreads();
+    // Online softmax: a warp per head.
+    for (int h = warp; h < G; h += n_warps) {
+      float mt = -INFINITY;
+      for (int jj = lane; jj < n; jj += 32) mt = fmaxf(mt, sc[h * kTile + jj]);
+      mt = warp_max(mt);
+      const float m_old = ms[h];
+      const float m_new = fmaxf(m_old, mt);
+      const float corr = expf(m_old - m_new);
+      float sum = 0.f;
+      for (int jj = lane; jj < n; jj += 32) {
+        const float p = expf(sc[h * kTile + jj] - m_new);
+        sc[h * kTile + jj] = p;
+        sum += p;
+      }
+      sum = warp_sum(sum);
+      __syncwarp();
+      if (lane == 0) {
+        ls[h] = ls[h] * corr + sum;
+        ms[h] = m_new;
+        cr[h] = corr;
+      }
+    }
+    __syncthreads();
+    // Output accumulation: a thread per (head, dimension).
+    for (int idx = tid; idx < G * hd; idx += blockDim.x) {
+      const int h = idx / hd, d = idx % hd;
+      float o = acc[idx] * cr[h];
+      for (int jj = 0; jj < n; ++jj) {
+        const uint8_t* vr = a.v + static_cast<size_t>(slots[jj]) * a.v_nb1 + g * v_head;
+        o += sc[h * kTile + jj] * kv_elem(a.v_type, vr, d);
+      }
+      acc[idx] = o;
+    }
+    __syncthreads();
+  }
+
+  if (sp.n_chunks == 1) {
+    float* out = a.out + static_cast<int64_t>(t) * n_head * hd;
+    for (int idx = tid; idx < G * hd; idx += blockDim.x) {
+      const int h = idx / hd;
+      out[(g * G) * hd + idx] = acc[idx] * (1.f / ls[h]);
+    }
+    return;
+  }
+  const int stride = hd + 2;
+  for (int idx = tid; idx < G * hd; idx += blockDim.x) {
+    const int h = idx / hd, d = idx % hd;
+    float* rec = a.part + ((static_cast<int64_t>(t) * n_head + g * G + h) * a.max_chunks + c) * stride;
+    rec[2 + d] = acc[idx];
+    if (d == 0) {
+      rec[0] = ms[h];
+      rec[1] = ls[h];
+    }
+  }
+}
+
+// Merges a split token's partial records in chunk order (as the CPU's merge_one).
+__global__ void attention_merge_kernel(AttentionArgs a) {
+  const int t = blockIdx.x, h = blockIdx.y;
+  const TokenSplit sp = token_split(a, t);
+  if (sp.n_chunks <= 1) return;
+  const int n_head = a.n_kv * a.group, hd = a.hd, stride = hd + 2;
+  const float* part = a.part + (static_cast<int64_t>(t) * n_head + h) * a.max_chunks * stride;
+  float mx = -INFINITY;
+  for (int c = 0; c < sp.n_chunks; ++c) mx = fmaxf(mx, part[c * stride]);
+  float l = 0.f;
+  for (int c = 0; c < sp.n_chunks; ++c) l += expf(part[c * stride] - mx) * part[c * stride + 1];
+  const float inv = 1.f / l;
+  float* out = a.out + static_cast<int64_t>(t) * n_head * hd + h * hd;
+  for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+    float o = 0.f;
+    for (int c = 0; c < sp.n_chunks; ++c) o += expf(part[c * stride] - mx) * part[c * stride + 2 + d];
+    out[d] = o * inv;
+  }
+}
+
+size_t shared_bytes(int group, int hd) {
+  const size_t floats = 2 * static_cast<size_t>(group) * hd + static_cast<size_t>(group) * kTile + 3 * group + 1;
+  return (floats + 1) / 2 * 2 * sizeof(float) + kTile * sizeof(long long);
+}
+
+}  // namespace
+
+int attention_max_chunks(int64_t max_ctx) {
+  const int64_t raw = (max_ctx + kChunk - 1) / kChunk;
+  return static_cast<int>(raw < 1 ? 1 : (raw > kMaxChunks ? kMaxChunks : raw));
+}
+
+size_t attention_partial_floats(int n_tok, int n_head, int hd, int max_chunks) {
+  if (max_chunks <= 1) return 0;
+  return static_cast<size_t>(n_tok) * n_head * max_chunks * (hd + 2);
+}
+
+bool attention_shape_ok(int hd, int group) {
+  return hd > 0 && hd <= kMaxHd && group >= 1 && group <= kMaxGroup && shared_bytes(group, hd) <= 48 * 1024;
+}
+
+cudaError_t launch_attention(const AttentionArgs& a, cudaStream_t s) {
+  if (a.n_tok == 0) return cudaSuccess;
+  if (!attention_shape_ok(a.hd, a.group)) return cudaErrorInvalidValue;
+  const dim3 grid(static_cast<unsigned>(a.n_tok), static_cast<unsigned>(a.n_kv), static_cast<unsigned>(a.max_chunks));
+  attention_kernel<<<grid, kThreads, shared_bytes(a.group, a.hd), s>>>(a);
+  if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+  if (a.max_chunks > 1) {
+    const dim3 mgrid(static_cast<unsigned>(a.n_tok), static_cast<unsigned>(a.n_kv * a.group));
+    attention_merge_kernel<<<mgrid, 128, 0, s>>>(a);
+  }
+  return cudaGetLastError();
+}
+
+}  // namespace kite::cuda

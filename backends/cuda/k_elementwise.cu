@@ -1,0 +1,227 @@
+// Elementwise ops, rms_norm, rope and row conversion (copy, kv_write) on the device. Semantics
+// are the CPU scalar references' (backends/cpu/ops_basic.cpp, ops_norm_rope.cpp).
+#include <cuda_fp16.h>
+
+#include <cmath>
+
+#include "backends/cuda/kernels.h"
+#include "backends/cuda/quant.cuh"
+
+namespace kite::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+
+int blocks_for(int64_t n, int per_block = kThreads) {
+  const int64_t b = (n + per_block - 1) / per_block;
+  return static_cast<int>(b < 65535 * 16 ? (b < 1 ? 1 : b) : 65535 * 16);
+}
+
+// Broadcast row walk: row r of the destination read from `b`, whose dims repeat.
+__device__ __forceinline__ const float* bcast_row(const Rows& dst, const Rows& b, int64_t r) {
+  const int64_t i1 = r % dst.ne1, i2 = (r / dst.ne1) % dst.ne2, i3 = r / (dst.ne1 * dst.ne2);
+  return reinterpret_cast<const float*>(static_cast<const uint8_t*>(b.p) + (i1 % b.ne1) * b.nb1 +
+                                        (i2 % b.ne2) * b.nb2 + (i3 % b.ne3) * b.nb3);
+}
+
+template <int Op>
+__global__ void binary_kernel(Rows dst, Rows a, Rows b, int64_t ne0, int64_t n) {
+  for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < n;
+       idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t r = idx / ne0, i = idx % ne0;
+    const float x = reinterpret_cast<const float*>(row_ptr(a, r))[i];
+    const float z = bcast_row(dst, b, r)[i];
+    float y;
+    if (Op == 0) y = x + z;
+    else if (Op == 1) y = x * z;
+    else y = __fmul_rn(x / (1.f + expf(-x)), z);
+    reinterpret_cast<float*>(row_ptr(dst, r))[i] = y;
+  }
+}
+
+__global__ void scale_kernel(Rows dst, Rows a, float s, int64_t ne0, int64_t n) {
+  for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < n;
+       idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t r = idx / ne0, i = idx % ne0;
+    reinterpret_cast<float*>(row_ptr(dst, r))[i] = reinterpret_cast<const float*>(row_ptr(a, r))[i] * s;
+  }
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+// One block per row: sum of squares in f32, then x * s (* w).
+__global__ void rms_norm_kernel(Rows dst, Rows a, const float* w, float eps, int64_t ne0) {
+  __shared__ float partial[32];
+  const int64_t r = blockIdx.x;
+  const float* x = reinterpret_cast<const float*>(row_ptr(a, r));
+  float* y = reinterpret_cast<float*>(row_ptr(dst, r));
+  float sum = 0.f;
+  for (int64_t i = threadIdx.x; i < ne0; i += blockDim.x) sum += x[i] * x[i];
+  sum = warp_sum(sum);
+  if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = sum;
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    float v = threadIdx.x < blockDim.x / 32 ? partial[threadIdx.x] : 0.f;
+    v = warp_sum(v);
+    if (threadIdx.x == 0) partial[0] = v;
+  }
+  __syncthreads();
+  const float s = 1.f / sqrtf(partial[0] / static_cast<float>(ne0) + eps);
+  for (int64_t i = threadIdx.x; i < ne0; i += blockDim.x) {
+    const float v = __fmul_rn(x[i], s);
+    y[i] = w != nullptr ? __fmul_rn(v, w[i]) : v;
+  }
+}
+
+// Inverse frequency of rotary pair i with the model's scaling (ops_norm_rope.cpp rope_inv_freq),
+// evaluated in double: the same formulas, closer to exact.
+__device__ double rope_inv_freq(const RopeArgs& a, int i, double* mscale) {
+  const double base = a.base, factor = a.factor, orig = a.orig_ctx, n_rot = a.n_rot;
+  const double two_pi = 6.283185307179586;
+  double f = pow(base, -2.0 * i / n_rot);
+  *mscale = 1.0;
+  switch (a.scaling) {
+    case 1: f /= factor; break;  // linear
+    case 2: {                    // llama3
+      const double low_wavelen = orig / a.low_freq, high_wavelen = orig / a.high_freq;
+      const double wavelen = two_pi / f;
+      if (wavelen > low_wavelen) {
+        f /= factor;
+      } else if (wavelen >= high_wavelen) {
+        const double smooth = (orig / wavelen - a.low_freq) / (a.high_freq - a.low_freq);
+        f = (1.0 - smooth) * f / factor + smooth * f;
+      }
+      break;
+    }
+    case 3: {  // yarn
+      auto corr_dim = [&](double rot) { return n_rot * log(orig / (rot * two_pi)) / (2.0 * log(base)); };
+      const double low = fmax(0.0, floor(corr_dim(a.beta_fast)));
+      double high = fmin(n_rot - 1, ceil(corr_dim(a.beta_slow)));
+      if (high == low) high += 0.001;
+      const double ramp = fmin(fmax((i - low) / (high - low), 0.0), 1.0);
+      const double extrapolation = 1.0 - ramp;
+      f = f / factor * (1.0 - extrapolation) + f * extrapolation;
+      *mscale = a.attn_factor * (factor > 1.0 ? 0.1 * log(factor) + 1.0 : 1.0);
+      break;
+    }
+    default: break;
+  }
+  return f;
+}
+
+// One thread per (pair or passthrough element, head, token).
+__global__ void rope_kernel(RopeArgs a) {
+  const int64_t half = a.n_rot / 2;
+  const int64_t per_row = a.hd - half;  // half pairs + (hd - n_rot) copied elements
+  const int64_t n = per_row * a.n_head * a.n_tok;
+  for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < n;
+       idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t e = idx % per_row, h = (idx / per_row) % a.n_head, t = idx / (per_row * a.n_head);
+    const float* x = reinterpret_cast<const float*>(static_cast<const uint8_t*>(a.src.p) + h * a.src.nb1 + t * a.src.nb2);
+    float* y = reinterpret_cast<float*>(static_cast<uint8_t*>(a.dst.p) + h * a.dst.nb1 + t * a.dst.nb2);
+    if (e >= half) {  // beyond the rotated dimensions
+      const int64_t i = a.n_rot + (e - half);
+      y[i] = x[i];
+      continue;
+    }
+    double mscale;
+    const double theta = static_cast<double>(a.pos[t]) * rope_inv_freq(a, static_cast<int>(e), &mscale);
+    const float cs = static_cast<float>(cos(theta) * mscale), sn = static_cast<float>(sin(theta) * mscale);
+    const int64_t i0 = a.mode == 0 ? 2 * e : e;
+    const int64_t i1 = a.mode == 0 ? 2 * e + 1 : e + half;
+    const float x0 = x[i0], x1 = x[i1];
+    y[i0] = __fsub_rn(__fmul_rn(x0, cs), __fmul_rn(x1, sn));
+    y[i1] = __fadd_rn(__fmul_rn(x0, sn), __fmul_rn(x1, cs));
+  }
+}
+
+// Float rows to F32/F16/BF16: one thread per element.
+__global__ void convert_float_kernel(int src_type, Rows src, int dst_type, Rows dst, const int32_t* dst_rows,
+                                     int64_t ne0, int64_t n) {
+  for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < n;
+       idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t r = idx / ne0, i = idx % ne0;
+    const float v = load_float(src_type, row_ptr(src, r), i);
+    uint8_t* out = row_ptr(dst, dst_rows != nullptr ? dst_rows[r] : r);
+    if (dst_type == kF32) reinterpret_cast<float*>(out)[i] = v;
+    else if (dst_type == kF16) reinterpret_cast<__half*>(out)[i] = __float2half_rn(v);
+    else reinterpret_cast<uint16_t*>(out)[i] = to_bf16(v);
+  }
+}
+
+// Float rows to Q8_0, one warp per 32-element block, exactly as the reference quantizer
+// (ref_legacy.cpp quantize_q8_0): d = amax / 127, q = round(x * (1 / d)).
+__global__ void quantize_q8_0_kernel(int src_type, Rows src, Rows dst, const int32_t* dst_rows, int64_t ne0,
+                                     int64_t n_blocks) {
+  const int lane = threadIdx.x % 32;
+  const int64_t per_row = ne0 / 32;
+  for (int64_t b = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) / 32; b < n_blocks;
+       b += static_cast<int64_t>(gridDim.x) * blockDim.x / 32) {
+    const int64_t r = b / per_row, ib = b % per_row;
+    const float x = load_float(src_type, row_ptr(src, r), ib * 32 + lane);
+    const float amax = warp_max(fabsf(x));
+    const float d = amax / 127.f;
+    const float id = d != 0.f ? 1.f / d : 0.f;
+    uint8_t* blk = row_ptr(dst, dst_rows != nullptr ? dst_rows[r] : r) + ib * sizeof(quant::BlockQ8_0);
+    blk[2 + lane] = static_cast<uint8_t>(static_cast<int8_t>(roundf(__fmul_rn(x, id))));
+    if (lane == 0) *reinterpret_cast<uint16_t*>(blk) = __half_as_ushort(__float2half_rn(d));
+  }
+}
+
+}  // namespace
+
+cudaError_t launch_binary(int op, Rows dst, Rows a, Rows b, int64_t ne0, int64_t n_rows, cudaStream_t s) {
+  const int64_t n = ne0 * n_rows;
+  if (n == 0) return cudaSuccess;
+  if (op == 0) binary_kernel<0><<<blocks_for(n), kThreads, 0, s>>>(dst, a, b, ne0, n);
+  else if (op == 1) binary_kernel<1><<<blocks_for(n), kThreads, 0, s>>>(dst, a, b, ne0, n);
+  else binary_kernel<2><<<blocks_for(n), kThreads, 0, s>>>(dst, a, b, ne0, n);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_scale(Rows dst, Rows a, float scale, int64_t ne0, int64_t n_rows, cudaStream_t s) {
+  const int64_t n = ne0 * n_rows;
+  if (n == 0) return cudaSuccess;
+  scale_kernel<<<blocks_for(n), kThreads, 0, s>>>(dst, a, scale, ne0, n);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_rms_norm(Rows dst, Rows a, const float* w, float eps, int64_t ne0, int64_t n_rows,
+                            cudaStream_t s) {
+  if (n_rows == 0) return cudaSuccess;
+  const int threads = ne0 >= 1024 ? 1024 : ne0 >= 256 ? 256 : 64;
+  rms_norm_kernel<<<static_cast<unsigned>(n_rows), threads, 0, s>>>(dst, a, w, eps, ne0);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_rope(const RopeArgs& a, cudaStream_t s) {
+  const int64_t n = (a.hd - a.n_rot / 2) * a.n_head * a.n_tok;
+  if (n == 0) return cudaSuccess;
+  rope_kernel<<<blocks_for(n), kThreads, 0, s>>>(a);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_convert_rows(int src_type, Rows src, int dst_type, Rows dst, const int32_t* dst_rows,
+                                int64_t ne0, int64_t n_rows, cudaStream_t s) {
+  if (ne0 * n_rows == 0) return cudaSuccess;
+  if (dst_type == kQ8_0) {
+    const int64_t n_blocks = ne0 / 32 * n_rows;
+    quantize_q8_0_kernel<<<blocks_for(n_blocks * 32), kThreads, 0, s>>>(src_type, src, dst, dst_rows, ne0, n_blocks);
+  } else {
+    const int64_t n = ne0 * n_rows;
+    convert_float_kernel<<<blocks_for(n), kThreads, 0, s>>>(src_type, src, dst_type, dst, dst_rows, ne0, n);
+  }
+  return cudaGetLastError();
+}
+
+}  // namespace kite::cuda

@@ -1,0 +1,121 @@
+// kite/backends/cuda/kernels.h — host-callable launchers of the CUDA kernels (one .cu file per op
+// family). Plain C++ (only the CUDA runtime API types): the backend (cuda_backend.cpp) unpacks
+// tensors into these argument structs and launches on its stream. Every launcher returns the
+// launch's cudaError_t (cudaGetLastError); none allocates or synchronizes.
+//
+// Type ids are quant::Type values (formats/quant/types.h) as int.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace kite::cuda {
+
+// Type ids used by the kernels (quant::Type values).
+enum TypeId : int {
+  kF32 = 0, kF16 = 1, kQ4_0 = 2, kQ4_1 = 3, kQ5_0 = 6, kQ5_1 = 7, kQ8_0 = 8,
+  kQ2_K = 10, kQ3_K = 11, kQ4_K = 12, kQ5_K = 13, kQ6_K = 14, kIQ4_NL = 20, kIQ4_XS = 23, kI32 = 26, kBF16 = 30,
+};
+
+// True for the block-quantized weight types the kernels read (not the float types).
+bool quant_type_supported(int type);
+// Elements per block / bytes per block of a supported type (float types: 1 / element size).
+int type_block_elems(int type);
+int type_block_bytes(int type);
+
+// A 4-D row walk: row r of a tensor = (i1, i2, i3) with r = i1 + ne1 * (i2 + ne2 * i3).
+struct Rows {
+  void* p = nullptr;
+  int64_t ne1 = 1, ne2 = 1, ne3 = 1;
+  size_t nb1 = 0, nb2 = 0, nb3 = 0;
+};
+
+// ---- elementwise (k_elementwise.cu) -------------------------------------------------------
+// op: 0 add, 1 mul, 2 swiglu (silu(a) * b); b is broadcast over rows (b row = i % b.ne).
+cudaError_t launch_binary(int op, Rows dst, Rows a, Rows b, int64_t ne0, int64_t n_rows, cudaStream_t s);
+cudaError_t launch_scale(Rows dst, Rows a, float scale, int64_t ne0, int64_t n_rows, cudaStream_t s);
+// w may be null.
+cudaError_t launch_rms_norm(Rows dst, Rows a, const float* w, float eps, int64_t ne0, int64_t n_rows,
+                            cudaStream_t s);
+
+struct RopeArgs {
+  Rows dst, src;            // [hd, n_head, n_tok] (ne1 = n_head, ne2 = n_tok)
+  const int32_t* pos = nullptr;
+  int64_t hd = 0, n_head = 0, n_tok = 0;
+  int mode = 0;             // RopeMode
+  int n_rot = 0;
+  int scaling = 0;          // RopeScaling
+  int orig_ctx = 0;
+  float base = 10000.f, factor = 1.f, low_freq = 1.f, high_freq = 4.f, beta_fast = 32.f, beta_slow = 1.f,
+        attn_factor = 1.f;
+};
+cudaError_t launch_rope(const RopeArgs& a, cudaStream_t s);
+
+// Rows of `src` (float type src_type, 4-D walk) converted to dst_type (F32/F16/BF16/Q8_0) at
+// dst rows; `dst_rows` (optional, I32) redirects row r to dst row dst_rows[r] (kv_write).
+cudaError_t launch_convert_rows(int src_type, Rows src, int dst_type, Rows dst, const int32_t* dst_rows,
+                                int64_t ne0, int64_t n_rows, cudaStream_t s);
+
+// ---- dequantization (k_dequant.cu) --------------------------------------------------------
+// get_rows: dst F32 contiguous [ne0, n]; table row ids[r] (table rows `table_nb1` bytes apart).
+cudaError_t launch_get_rows(int type, const void* table, size_t table_nb1, const int32_t* ids, float* dst,
+                            int64_t ne0, int64_t n, cudaStream_t s);
+// Rows of a quantized or float `src` (4-D walk) to dst_type F32/F16/BF16 at dst rows.
+cudaError_t launch_dequant_rows(int type, Rows src, int dst_type, Rows dst, int64_t ne0, int64_t n_rows,
+                                cudaStream_t s);
+// `rows` consecutive weight rows (row_bytes apart) to a dense [k, rows] matrix of F16 (dst_f16)
+// or F32 (!dst_f16), for cuBLAS.
+cudaError_t launch_dequant_matrix(int type, const void* w, size_t row_bytes, int64_t k, int64_t rows, void* dst,
+                                  bool dst_f16, cudaStream_t s);
+
+// ---- matrix-vector products for 1..8 activation columns (k_mmv*.cu) -----------------------
+inline constexpr int kMaxMmvCols = 8;
+// Activations quantized for the int8 kernels: per column k int8 codes (col stride k bytes) and
+// per 32-element block a float4 {d, d * sum(q[0..15]), d * sum(q[16..31]), 0}.
+cudaError_t launch_quantize_act(const float* x, size_t ldx, int64_t k, int64_t n, int8_t* q, float* ds,
+                                cudaStream_t s);
+// dst[c * ldd + i] = W row i · column c, for n (1..8) columns, quantized W of `type`.
+cudaError_t launch_mmvq(int type, const void* w, size_t row_bytes, int64_t k, int64_t m, const int8_t* q,
+                        const float* ds, int n, float* dst, int64_t ldd, cudaStream_t s);
+// Float weights (F32/F16/BF16): x F32 columns ldx floats apart.
+cudaError_t launch_mmv_float(int type, const void* w, size_t row_bytes, int64_t k, int64_t m, const float* x,
+                             size_t ldx, int n, float* dst, int64_t ldd, cudaStream_t s);
+// F32 [k, n] (ldx floats apart) -> F16 contiguous [k, n].
+cudaError_t launch_f32_to_f16(const float* x, size_t ldx, int64_t k, int64_t n, void* dst, cudaStream_t s);
+
+// Per-type mat-vec launchers (one .cu file per family, so the build parallelizes).
+cudaError_t launch_mmvq_legacy(int type, const void* w, size_t row_bytes, int64_t k, int64_t m, const int8_t* q,
+                               const float* ds, int n, float* dst, int64_t ldd, cudaStream_t s);
+cudaError_t launch_mmvq_kquant(int type, const void* w, size_t row_bytes, int64_t k, int64_t m, const int8_t* q,
+                               const float* ds, int n, float* dst, int64_t ldd, cudaStream_t s);
+
+// ---- attention over the paged cache (k_attention.cu) --------------------------------------
+struct AttentionArgs {
+  const float* q = nullptr;  // [hd, n_head, n_tok]: head h of token t at q + h*q_nb1 + t*q_nb2 (bytes)
+  size_t q_nb1 = 0, q_nb2 = 0;
+  const uint8_t* k = nullptr;  // cache rows [hd * n_kv, n_slots], k_nb1 bytes apart
+  const uint8_t* v = nullptr;
+  size_t k_nb1 = 0, v_nb1 = 0;
+  int k_type = 0, v_type = 0;
+  const int32_t* pos = nullptr;
+  const int32_t* seq = nullptr;
+  const int32_t* table = nullptr;  // [max_blocks, n_seqs]
+  int max_blocks = 0, block_size = 16;
+  int n_kv = 1, group = 1, hd = 0, n_tok = 0;
+  float scale = 1.f;
+  float* out = nullptr;      // [hd * n_head, n_tok] contiguous
+  float* part = nullptr;     // partials: [n_tok][n_head][max_chunks][hd + 2]
+  int max_chunks = 1;        // grid width; see attention_max_chunks()
+};
+// Chunks a token's keys may be split into, for a context of at most `max_ctx` positions.
+int attention_max_chunks(int64_t max_ctx);
+size_t attention_partial_floats(int n_tok, int n_head, int hd, int max_chunks);
+bool attention_shape_ok(int hd, int group);
+cudaError_t launch_attention(const AttentionArgs& a, cudaStream_t s);
+
+// ---- bandwidth (k_bandwidth.cu) -----------------------------------------------------------
+cudaError_t launch_copy_kernel(const void* src, void* dst, size_t bytes, cudaStream_t s);
+
+}  // namespace kite::cuda

@@ -1,0 +1,286 @@
+// Per-op launch on the device: unpacks a graph node into the kernels' argument structs
+// (kernels.h) and launches on the device's stream. No allocation after a shape's first step
+// (scratch only grows) and no synchronization.
+//
+// mul_mat: up to kMaxMmvCols activation columns take the matrix-vector kernels (int8 __dp4a for
+// quantized weights, f32 for float weights); more columns dequantize the weights chunk by chunk
+// into scratch and call cuBLAS: F16 x F16 -> F32 (tensor cores) for quantized weights, f32 SGEMM
+// for float weights (their results must match the CPU's f32 math closely).
+#include <algorithm>
+
+#include "backends/cuda/device.h"
+#include "backends/cuda/kernels.h"
+#include "src/core/graph.h"
+
+namespace kite::cuda {
+namespace {
+
+constexpr size_t kWeightChunkElems = size_t{64} << 20;  // dequantized weight scratch (elements)
+
+int tid(DType t) { return static_cast<int>(t); }
+
+bool is_float(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; }
+
+bool weight_type_ok(DType t) { return is_float(t) || quant_type_supported(tid(t)); }
+
+bool kv_type_ok(DType t, int64_t n) { return is_float(t) || (t == DType::Q8_0 && n % 32 == 0); }
+
+Rows rows_of(const Tensor* t, void* p) {
+  Rows r;
+  r.p = p;
+  r.ne1 = t->ne[1], r.ne2 = t->ne[2], r.ne3 = t->ne[3];
+  r.nb1 = t->nb[1], r.nb2 = t->nb[2], r.nb3 = t->nb[3];
+  return r;
+}
+
+// A contiguous [ne0, rows] F32 matrix.
+Rows dense_rows(void* p, int64_t ne0, int64_t rows, size_t elem = 4) {
+  Rows r;
+  r.p = p;
+  r.ne1 = rows;
+  r.nb1 = static_cast<size_t>(ne0) * elem;
+  r.nb2 = r.nb3 = r.nb1 * static_cast<size_t>(rows);
+  return r;
+}
+
+// Rows of x equally spaced (one stride for all rows), f32 elements contiguous.
+bool uniform_rows(const Tensor* x) {
+  return x->nb[0] == sizeof(float) && x->nb[1] % sizeof(float) == 0 &&
+         x->nb[2] == x->nb[1] * static_cast<size_t>(x->ne[1]) && x->nb[3] == x->nb[2] * static_cast<size_t>(x->ne[2]);
+}
+
+#define KITE_LAUNCH(call) KITE_CUDA_CHECK(call)
+
+Status mul_mat(Device& dev, OpScratch& sc, Tensor* n) {
+  const Tensor* w = n->src[0];
+  const Tensor* x = n->src[1];
+  const int64_t k = w->ne[0], m = w->ne[1], cols = x->n_rows();
+  const cudaStream_t s = dev.stream();
+  KITE_ASSIGN_OR_RETURN(uint8_t * wp, dev.address(w));
+  KITE_ASSIGN_OR_RETURN(uint8_t * xp, dev.address(x));
+  KITE_ASSIGN_OR_RETURN(uint8_t * dp, dev.address(n));
+  auto* dst = reinterpret_cast<float*>(dp);
+  const int64_t ldd = static_cast<int64_t>(n->nb[1] / sizeof(float));
+  const size_t w_row = w->nb[1];
+
+  // Activations as columns ldx floats apart.
+  const float* xf = reinterpret_cast<const float*>(xp);
+  size_t ldx = x->nb[1] / sizeof(float);
+  if (!uniform_rows(x)) {
+    KITE_ASSIGN_OR_RETURN(void* xs, dev.scratch(sc.x, static_cast<size_t>(k * cols) * sizeof(float), "activation"));
+    KITE_LAUNCH(launch_convert_rows(kF32, rows_of(x, xp), kF32, dense_rows(xs, k, cols), nullptr, k, cols, s));
+    xf = static_cast<const float*>(xs);
+    ldx = static_cast<size_t>(k);
+  }
+
+  if (cols <= kMaxMmvCols) {
+    const int nc = static_cast<int>(cols);
+    if (is_float(w->type)) {
+      KITE_LAUNCH(launch_mmv_float(tid(w->type), wp, w_row, k, m, xf, ldx, nc, dst, ldd, s));
+      return ok_status();
+    }
+    KITE_ASSIGN_OR_RETURN(void* q, dev.scratch(sc.q, static_cast<size_t>(k * cols), "int8 activation"));
+    KITE_ASSIGN_OR_RETURN(void* ds, dev.scratch(sc.ds, static_cast<size_t>(k / 32 * cols) * 16, "activation scale"));
+    KITE_LAUNCH(launch_quantize_act(xf, ldx, k, cols, static_cast<int8_t*>(q), static_cast<float*>(ds), s));
+    KITE_LAUNCH(launch_mmvq(tid(w->type), wp, w_row, k, m, static_cast<const int8_t*>(q),
+                            static_cast<const float*>(ds), nc, dst, ldd, s));
+    return ok_status();
+  }
+
+  KITE_ASSIGN_OR_RETURN(cublasHandle_t h, dev.cublas());
+  const float one = 1.f, zero = 0.f;
+  const int ik = static_cast<int>(k), in = static_cast<int>(cols);
+  if (w->type == DType::F32) {
+    KITE_CUBLAS_CHECK(dev.blas().sgemm(h, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(m), in, ik, &one,
+                                  reinterpret_cast<const float*>(wp), static_cast<int>(w_row / 4), xf,
+                                  static_cast<int>(ldx), &zero, dst, static_cast<int>(ldd)));
+    return ok_status();
+  }
+  const bool f16 = !is_float(w->type);  // quantized: F16 GEMM; F16/BF16 weights: exact f32 SGEMM
+  const int64_t chunk = std::max<int64_t>(1, std::min<int64_t>(m, static_cast<int64_t>(kWeightChunkElems) / k));
+  KITE_ASSIGN_OR_RETURN(void* wd, dev.scratch(sc.w, static_cast<size_t>(chunk * k) * (f16 ? 2 : 4), "weight"));
+  void* xh = nullptr;
+  if (f16) {
+    KITE_ASSIGN_OR_RETURN(xh, dev.scratch(sc.xh, static_cast<size_t>(k * cols) * 2, "f16 activation"));
+    KITE_LAUNCH(launch_f32_to_f16(xf, ldx, k, cols, xh, s));
+  }
+  for (int64_t i0 = 0; i0 < m; i0 += chunk) {
+    const int64_t mc = std::min(chunk, m - i0);
+    KITE_LAUNCH(launch_dequant_matrix(tid(w->type), wp + static_cast<size_t>(i0) * w_row, w_row, k, mc, wd, f16, s));
+    if (f16) {
+      KITE_CUBLAS_CHECK(dev.blas().gemm_ex(h, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(mc), in, ik, &one, wd, CUDA_R_16F,
+                                     ik, xh, CUDA_R_16F, ik, &zero, dst + i0, CUDA_R_32F, static_cast<int>(ldd),
+                                     CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    } else {
+      KITE_CUBLAS_CHECK(dev.blas().sgemm(h, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(mc), in, ik, &one,
+                                    static_cast<const float*>(wd), ik, xf, static_cast<int>(ldx), &zero, dst + i0,
+                                    static_cast<int>(ldd)));
+    }
+  }
+  return ok_status();
+}
+
+Status attention(Device& dev, OpScratch& sc, Tensor* n) {
+  const Tensor* q = n->src[0];
+  const Tensor* kc = n->src[1];
+  const Tensor* vc = n->src[2];
+  const Tensor* table = n->src[5];
+  AttentionArgs a;
+  KITE_ASSIGN_OR_RETURN(uint8_t * qp, dev.address(q));
+  KITE_ASSIGN_OR_RETURN(a.k, dev.address(kc));
+  KITE_ASSIGN_OR_RETURN(a.v, dev.address(vc));
+  KITE_ASSIGN_OR_RETURN(uint8_t * pos, dev.address(n->src[3]));
+  KITE_ASSIGN_OR_RETURN(uint8_t * seq, dev.address(n->src[4]));
+  KITE_ASSIGN_OR_RETURN(uint8_t * tab, dev.address(table));
+  KITE_ASSIGN_OR_RETURN(uint8_t * out, dev.address(n));
+  a.q = reinterpret_cast<const float*>(qp);
+  a.q_nb1 = q->nb[1];
+  a.q_nb2 = q->nb[2];
+  a.k_nb1 = kc->nb[1];
+  a.v_nb1 = vc->nb[1];
+  a.k_type = tid(kc->type);
+  a.v_type = tid(vc->type);
+  a.pos = reinterpret_cast<const int32_t*>(pos);
+  a.seq = reinterpret_cast<const int32_t*>(seq);
+  a.table = reinterpret_cast<const int32_t*>(tab);
+  a.max_blocks = static_cast<int>(table->ne[0]);
+  a.block_size = n->params.i[1];
+  a.n_kv = n->params.i[0];
+  a.hd = static_cast<int>(q->ne[0]);
+  a.group = static_cast<int>(q->ne[1] / a.n_kv);
+  a.n_tok = static_cast<int>(q->ne[2]);
+  a.scale = n->params.f[0];
+  a.out = reinterpret_cast<float*>(out);
+  a.max_chunks = attention_max_chunks(static_cast<int64_t>(a.max_blocks) * a.block_size);
+  const size_t part = attention_partial_floats(a.n_tok, static_cast<int>(q->ne[1]), a.hd, a.max_chunks);
+  if (part > 0) {
+    KITE_ASSIGN_OR_RETURN(void* p, dev.scratch(sc.part, part * sizeof(float), "attention"));
+    a.part = static_cast<float*>(p);
+  }
+  KITE_LAUNCH(launch_attention(a, dev.stream()));
+  return ok_status();
+}
+
+Status rope(Device& dev, Tensor* n) {
+  const Tensor* x = n->src[0];
+  RopeArgs a;
+  KITE_ASSIGN_OR_RETURN(uint8_t * xp, dev.address(x));
+  KITE_ASSIGN_OR_RETURN(uint8_t * pp, dev.address(n->src[1]));
+  KITE_ASSIGN_OR_RETURN(uint8_t * dp, dev.address(n));
+  a.src = rows_of(x, xp);
+  a.dst = rows_of(n, dp);
+  a.pos = reinterpret_cast<const int32_t*>(pp);
+  a.hd = x->ne[0], a.n_head = x->ne[1], a.n_tok = x->ne[2];
+  const OpParams& p = n->params;
+  a.mode = p.i[0], a.n_rot = p.i[1], a.scaling = p.i[2], a.orig_ctx = p.i[3];
+  a.base = p.f[0], a.factor = p.f[1], a.low_freq = p.f[2], a.high_freq = p.f[3];
+  a.beta_fast = p.f[4], a.beta_slow = p.f[5], a.attn_factor = p.f[6];
+  // src[2] (freq_factors) is not applied: the CPU reference does not apply it either (its
+  // frequencies come from the scaling parameters); keep the two backends identical.
+  KITE_LAUNCH(launch_rope(a, dev.stream()));
+  return ok_status();
+}
+
+}  // namespace
+
+bool node_supported(const Tensor& n) {
+  switch (n.op) {
+    case Op::kNone:
+    case Op::kView: return true;
+    case Op::kAdd:
+    case Op::kMul:
+    case Op::kSwiglu:
+    case Op::kScale:
+    case Op::kRmsNorm:
+    case Op::kRope: return n.src[0]->type == DType::F32;
+    case Op::kGetRows: return weight_type_ok(n.src[0]->type);
+    case Op::kMulMat: return weight_type_ok(n.src[0]->type) && n.src[1]->type == DType::F32;
+    case Op::kCopy:
+      if (n.type == DType::Q8_0) return is_float(n.src[0]->type) && n.ne[0] % 32 == 0;
+      return is_float(n.type) && weight_type_ok(n.src[0]->type);
+    case Op::kKvWrite: return kv_type_ok(n.src[0]->type, n.src[0]->ne[0]);
+    case Op::kAttention: {
+      const int64_t hd = n.src[0]->ne[0];
+      const int n_kv = n.params.i[0];
+      if (n_kv <= 0 || n.src[0]->ne[1] % n_kv != 0) return false;
+      return kv_type_ok(n.src[1]->type, hd) && kv_type_ok(n.src[2]->type, hd) &&
+             attention_shape_ok(static_cast<int>(hd), static_cast<int>(n.src[0]->ne[1] / n_kv));
+    }
+  }
+  return false;
+}
+
+Status run_node(Device& dev, OpScratch& sc, Tensor* n) {
+  const cudaStream_t s = dev.stream();
+  switch (n->op) {
+    case Op::kNone:
+    case Op::kView: return ok_status();
+    case Op::kMulMat: return mul_mat(dev, sc, n);
+    case Op::kAttention: return attention(dev, sc, n);
+    case Op::kRope: return rope(dev, n);
+    case Op::kAdd:
+    case Op::kMul:
+    case Op::kSwiglu: {
+      KITE_ASSIGN_OR_RETURN(uint8_t * a, dev.address(n->src[0]));
+      KITE_ASSIGN_OR_RETURN(uint8_t * b, dev.address(n->src[1]));
+      KITE_ASSIGN_OR_RETURN(uint8_t * d, dev.address(n));
+      const int op = n->op == Op::kAdd ? 0 : n->op == Op::kMul ? 1 : 2;
+      KITE_LAUNCH(launch_binary(op, rows_of(n, d), rows_of(n->src[0], a), rows_of(n->src[1], b), n->ne[0],
+                                n->n_rows(), s));
+      return ok_status();
+    }
+    case Op::kScale: {
+      KITE_ASSIGN_OR_RETURN(uint8_t * a, dev.address(n->src[0]));
+      KITE_ASSIGN_OR_RETURN(uint8_t * d, dev.address(n));
+      KITE_LAUNCH(launch_scale(rows_of(n, d), rows_of(n->src[0], a), n->params.f[0], n->ne[0], n->n_rows(), s));
+      return ok_status();
+    }
+    case Op::kRmsNorm: {
+      KITE_ASSIGN_OR_RETURN(uint8_t * a, dev.address(n->src[0]));
+      KITE_ASSIGN_OR_RETURN(uint8_t * d, dev.address(n));
+      const float* w = nullptr;
+      if (n->src[1] != nullptr) {
+        KITE_ASSIGN_OR_RETURN(uint8_t * wp, dev.address(n->src[1]));
+        w = reinterpret_cast<const float*>(wp);
+      }
+      KITE_LAUNCH(launch_rms_norm(rows_of(n, d), rows_of(n->src[0], a), w, n->params.f[0], n->src[0]->ne[0],
+                                  n->src[0]->n_rows(), s));
+      return ok_status();
+    }
+    case Op::kGetRows: {
+      const Tensor* t = n->src[0];
+      KITE_ASSIGN_OR_RETURN(uint8_t * tp, dev.address(t));
+      KITE_ASSIGN_OR_RETURN(uint8_t * ids, dev.address(n->src[1]));
+      KITE_ASSIGN_OR_RETURN(uint8_t * d, dev.address(n));
+      KITE_LAUNCH(launch_get_rows(tid(t->type), tp, t->nb[1], reinterpret_cast<const int32_t*>(ids),
+                                  reinterpret_cast<float*>(d), n->ne[0], n->ne[1], s));
+      return ok_status();
+    }
+    case Op::kCopy: {
+      const Tensor* a = n->src[0];
+      KITE_ASSIGN_OR_RETURN(uint8_t * ap, dev.address(a));
+      KITE_ASSIGN_OR_RETURN(uint8_t * d, dev.address(n));
+      if (n->type == DType::Q8_0) {
+        KITE_LAUNCH(launch_convert_rows(tid(a->type), rows_of(a, ap), kQ8_0, rows_of(n, d), nullptr, a->ne[0],
+                                        a->n_rows(), s));
+      } else {
+        KITE_LAUNCH(launch_dequant_rows(tid(a->type), rows_of(a, ap), tid(n->type), rows_of(n, d), a->ne[0],
+                                        a->n_rows(), s));
+      }
+      return ok_status();
+    }
+    case Op::kKvWrite: {
+      const Tensor* cache = n->src[0];
+      const Tensor* rows = n->src[1];
+      KITE_ASSIGN_OR_RETURN(uint8_t * cp, dev.address(cache));
+      KITE_ASSIGN_OR_RETURN(uint8_t * rp, dev.address(rows));
+      KITE_ASSIGN_OR_RETURN(uint8_t * sp, dev.address(n->src[2]));
+      KITE_LAUNCH(launch_convert_rows(kF32, rows_of(rows, rp), tid(cache->type), rows_of(cache, cp),
+                                      reinterpret_cast<const int32_t*>(sp), rows->ne[0], rows->n_rows(), s));
+      return ok_status();
+    }
+  }
+  return make_error("cuda: op ", op_name(n->op), " has no kernel");
+}
+
+}  // namespace kite::cuda

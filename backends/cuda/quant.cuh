@@ -1,0 +1,315 @@
+// kite/backends/cuda/quant.cuh — device-side decoding of the quantized block types.
+//
+// Every supported type is read in units of 32 consecutive elements of a row: a Unit holds the
+// 32 integer codes q (packed four int8 a word, elements 4i..4i+3 in q[i]) and, for each half of
+// 16 elements, a scale d and an offset m such that element e = d * q[e] + m. The formulas are
+// those of formats/quant/blocks.h and the scalar reference (ref_*.cpp): the dequantizer and the
+// int8 dot products both start from this one decoding, so they agree with each other and with
+// the CPU.
+#pragma once
+
+#include <cuda_fp16.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "backends/cuda/kernels.h"
+#include "formats/quant/blocks.h"
+
+namespace kite::cuda {
+
+struct Unit {
+  int32_t q[8];
+  float d0, d1;  // scales of elements 0..15 and 16..31
+  float m0, m1;  // offsets of the same halves
+};
+
+__device__ __forceinline__ float ld_half(const uint8_t* p) {
+  return __half2float(__ushort_as_half(*reinterpret_cast<const uint16_t*>(p)));
+}
+
+// A 32-bit little-endian word at a 2-byte aligned address.
+__device__ __forceinline__ uint32_t ld32(const uint8_t* p) {
+  const auto* h = reinterpret_cast<const uint16_t*>(p);
+  return static_cast<uint32_t>(h[0]) | (static_cast<uint32_t>(h[1]) << 16);
+}
+
+// A 32-bit word at a 4-byte aligned address.
+__device__ __forceinline__ uint32_t ld32a(const uint8_t* p) { return *reinterpret_cast<const uint32_t*>(p); }
+
+// Bits 0..3 of b moved to bit 4 of bytes 0..3.
+__device__ __forceinline__ uint32_t spread4(uint32_t b) {
+  return ((b & 1u) << 4) | ((b & 2u) << 11) | ((b & 4u) << 18) | ((b & 8u) << 25);
+}
+
+constexpr uint32_t pack_bytes(int a, int b, int c, int d) {
+  return static_cast<uint32_t>(a & 0xff) | (static_cast<uint32_t>(b & 0xff) << 8) |
+         (static_cast<uint32_t>(c & 0xff) << 16) | (static_cast<uint32_t>(d & 0xff) << 24);
+}
+constexpr uint32_t kIq4Tab0 = pack_bytes(quant::kIq4nlValues[0], quant::kIq4nlValues[1], quant::kIq4nlValues[2],
+                                         quant::kIq4nlValues[3]);
+constexpr uint32_t kIq4Tab1 = pack_bytes(quant::kIq4nlValues[4], quant::kIq4nlValues[5], quant::kIq4nlValues[6],
+                                         quant::kIq4nlValues[7]);
+constexpr uint32_t kIq4Tab2 = pack_bytes(quant::kIq4nlValues[8], quant::kIq4nlValues[9], quant::kIq4nlValues[10],
+                                         quant::kIq4nlValues[11]);
+constexpr uint32_t kIq4Tab3 = pack_bytes(quant::kIq4nlValues[12], quant::kIq4nlValues[13], quant::kIq4nlValues[14],
+                                         quant::kIq4nlValues[15]);
+
+// Four 4-bit indices (the low nibbles of the bytes of v) looked up in the IQ4_NL table.
+__device__ __forceinline__ uint32_t iq4_lookup(uint32_t v) {
+  const uint32_t lo3 = v & 0x07070707u;
+  const uint32_t x = lo3 | (lo3 >> 4);
+  const uint32_t sel = (x & 0xffu) | ((x >> 8) & 0xff00u);
+  const uint32_t r0 = __byte_perm(kIq4Tab0, kIq4Tab1, sel);
+  const uint32_t r1 = __byte_perm(kIq4Tab2, kIq4Tab3, sel);
+  const uint32_t mask = ((v >> 3) & 0x01010101u) * 0xffu;
+  return (r1 & mask) | (r0 & ~mask);
+}
+
+__device__ __forceinline__ void set_scales(Unit& u, float d, float m) {
+  u.d0 = u.d1 = d;
+  u.m0 = u.m1 = m;
+}
+
+// Unit `un` (0-based, 32 elements each) of a row of type T.
+template <int T>
+__device__ __forceinline__ void load_unit(const uint8_t* row, int un, Unit& u);
+
+template <>
+__device__ __forceinline__ void load_unit<kQ4_0>(const uint8_t* row, int un, Unit& u) {
+  const uint8_t* b = row + static_cast<size_t>(un) * sizeof(quant::BlockQ4_0);
+  set_scales(u, ld_half(b), 0.f);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const uint32_t w = ld32(b + 2 + 4 * i);
+    u.q[i] = static_cast<int32_t>(__vsub4(w & 0x0f0f0f0fu, 0x08080808u));
+    u.q[4 + i] = static_cast<int32_t>(__vsub4((w >> 4) & 0x0f0f0f0fu, 0x08080808u));
+  }
+}
+
+template <>
+__device__ __forceinline__ void load_unit<kQ4_1>(const uint8_t* row, int un, Unit& u) {
+  const uint8_t* b = row + static_cast<size_t>(un) * sizeof(quant::BlockQ4_1);
+  set_scales(u, ld_half(b), ld_half(b + 2));
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const uint32_t w = ld32a(b + 4 + 4 * i);
+    u.q[i] = static_cast<int32_t>(w & 0x0f0f0f0fu);
+    u.q[4 + i] = static_cast<int32_t>((w >> 4) & 0x0f0f0f0fu);
+  }
+}
+
+template <>
+__device__ __forceinline__ void load_unit<kQ5_0>(const uint8_t* row, int un, Unit& u) {
+  const uint8_t* b = row + static_cast<size_t>(un) * sizeof(quant::BlockQ5_0);
+  set_scales(u, ld_half(b), 0.f);
+  const uint32_t qh = ld32(b + 2);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const uint32_t w = ld32(b + 6 + 4 * i);
+    u.q[i] = static_cast<int32_t>(__vsub4((w & 0x0f0f0f0fu) | spread4(qh >> (4 * i)), 0x10101010u));
+    u.q[4 + i] = static_cast<int32_t>(__vsub4(((w >> 4) & 0x0f0f0f0fu) | spread4(qh >> (16 + 4 * i)), 0x10101010u));
+  }
+}
+
+template <>
+__device__ __forceinline__ void load_unit<kQ5_1>(const uint8_t* row, int un, Unit& u) {
+  const uint8_t* b = row + static_cast<size_t>(un) * sizeof(quant::BlockQ5_1);
+  set_scales(u, ld_half(b), ld_half(b + 2));
+  const uint32_t qh = ld32a(b + 4);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const uint32_t w = ld32a(b + 8 + 4 * i);
+    u.q[i] = static_cast<int32_t>((w & 0x0f0f0f0fu) | spread4(qh >> (4 * i)));
+    u.q[4 + i] = static_cast<int32_t>(((w >> 4) & 0x0f0f0f0fu) | spread4(qh >> (16 + 4 * i)));
+  }
+}
+
+template <>
+__device__ __forceinline__ void load_unit<kQ8_0>(const uint8_t* row, int un, Unit& u) {
+  const uint8_t* b = row + static_cast<size_t>(un) * sizeof(quant::BlockQ8_0);
+  set_scales(u, ld_half(b), 0.f);
+#pragma unroll
+  for (int i = 0; i < 8; ++i) u.q[i] = static_cast<int32_t>(ld32(b + 2 + 4 * i));
+}
+
+template <>
+__device__ __forceinline__ void load_unit<kIQ4_NL>(const uint8_t* row, int un, Unit& u) {
+  const uint8_t* b = row + static_cast<size_t>(un) * sizeof(quant::BlockIQ4_NL);
+  set_scales(u, ld_half(b), 0.f);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const uint32_t w = ld32(b + 2 + 4 * i);
+    u.q[i] = static_cast<int32_t>(iq4_lookup(w & 0x0f0f0f0fu));
+    u.q[4 + i] = static_cast<int32_t>(iq4_lookup((w >> 4) & 0x0f0f0f0fu));
+  }
+}
+
+template <>
+__device__ __forceinline__ void load_unit<kIQ4_XS>(const uint8_t* row, int un, Unit& u) {
+  const uint8_t* b = row + static_cast<size_t>(un / 8) * sizeof(quant::BlockIQ4_XS);
+  const int s = un % 8;
+  const uint32_t sh = *reinterpret_cast<const uint16_t*>(b + 2);
+  const int ls = ((b[4 + s / 2] >> (4 * (s % 2))) & 0xF) | (((sh >> (2 * s)) & 3) << 4);
+  set_scales(u, __fmul_rn(ld_half(b), static_cast<float>(ls - 32)), 0.f);
+  const uint8_t* qs = b + 8 + 16 * s;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const uint32_t w = ld32a(qs + 4 * i);
+    u.q[i] = static_cast<int32_t>(iq4_lookup(w & 0x0f0f0f0fu));
+    u.q[4 + i] = static_cast<int32_t>(iq4_lookup((w >> 4) & 0x0f0f0f0fu));
+  }
+}
+
+// Q4_K/Q5_K sub-block scale and min codes (blocks.h unpack_q4_k_scale_min).
+__device__ __forceinline__ void k_scale_min(const uint8_t* sc, int j, int* s, int* m) {
+  if (j < 4) {
+    *s = sc[j] & 63;
+    *m = sc[j + 4] & 63;
+  } else {
+    *s = (sc[j + 4] & 0xF) | ((sc[j - 4] >> 6) << 4);
+    *m = (sc[j + 4] >> 4) | ((sc[j] >> 6) << 4);
+  }
+}
+
+template <>
+__device__ __forceinline__ void load_unit<kQ4_K>(const uint8_t* row, int un, Unit& u) {
+  const uint8_t* b = row + static_cast<size_t>(un / 8) * sizeof(quant::BlockQ4_K);
+  const int s = un % 8;
+  int sc, mc;
+  k_scale_min(b + 4, s, &sc, &mc);
+  set_scales(u, __fmul_rn(ld_half(b), static_cast<float>(sc)), -__fmul_rn(ld_half(b + 2), static_cast<float>(mc)));
+  const uint8_t* qs = b + 16 + 32 * (s / 2);
+  const int shift = 4 * (s % 2);
+#pragma unroll
+  for (int i = 0; i < 8; ++i) u.q[i] = static_cast<int32_t>((ld32a(qs + 4 * i) >> shift) & 0x0f0f0f0fu);
+}
+
+template <>
+__device__ __forceinline__ void load_unit<kQ5_K>(const uint8_t* row, int un, Unit& u) {
+  const uint8_t* b = row + static_cast<size_t>(un / 8) * sizeof(quant::BlockQ5_K);
+  const int s = un % 8;
+  int sc, mc;
+  k_scale_min(b + 4, s, &sc, &mc);
+  set_scales(u, __fmul_rn(ld_half(b), static_cast<float>(sc)), -__fmul_rn(ld_half(b + 2), static_cast<float>(mc)));
+  const uint8_t* qh = b + 16;
+  const uint8_t* qs = b + 48 + 32 * (s / 2);
+  const int shift = 4 * (s % 2);
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const uint32_t lo = (ld32a(qs + 4 * i) >> shift) & 0x0f0f0f0fu;
+    const uint32_t hi = (ld32a(qh + 4 * i) >> s) & 0x01010101u;
+    u.q[i] = static_cast<int32_t>(lo | (hi << 4));
+  }
+}
+
+template <>
+__device__ __forceinline__ void load_unit<kQ6_K>(const uint8_t* row, int un, Unit& u) {
+  const uint8_t* b = row + static_cast<size_t>(un / 8) * sizeof(quant::BlockQ6_K);
+  const int s = un % 8, c = s / 4, k = s % 4;
+  const float d = ld_half(b + 208);
+  const auto* scales = reinterpret_cast<const int8_t*>(b + 192);
+  u.d0 = __fmul_rn(d, static_cast<float>(scales[2 * s]));
+  u.d1 = __fmul_rn(d, static_cast<float>(scales[2 * s + 1]));
+  u.m0 = u.m1 = 0.f;
+  const uint8_t* ql = b + 64 * c + 32 * (k & 1);
+  const uint8_t* qh = b + 128 + 32 * c;
+  const int lshift = 4 * (k >> 1), hshift = 2 * k;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const uint32_t lo = (ld32(ql + 4 * i) >> lshift) & 0x0f0f0f0fu;
+    const uint32_t hi = (ld32(qh + 4 * i) >> hshift) & 0x03030303u;
+    u.q[i] = static_cast<int32_t>(__vsub4(lo | (hi << 4), 0x20202020u));
+  }
+}
+
+template <>
+__device__ __forceinline__ void load_unit<kQ3_K>(const uint8_t* row, int un, Unit& u) {
+  const uint8_t* b = row + static_cast<size_t>(un / 8) * sizeof(quant::BlockQ3_K);
+  const int s = un % 8, c = s / 4, j = s % 4;
+  const float d = ld_half(b + 108);
+  const uint8_t* sc = b + 96;
+  auto scale = [&](int sb) {  // blocks.h unpack_q3_k_scales
+    const int low = sb < 8 ? (sc[sb] & 0xF) : (sc[sb - 8] >> 4);
+    const int high = (sc[8 + sb % 4] >> (2 * (sb / 4))) & 3;
+    return (low | (high << 4)) - 32;
+  };
+  u.d0 = __fmul_rn(d, static_cast<float>(scale(2 * s)));
+  u.d1 = __fmul_rn(d, static_cast<float>(scale(2 * s + 1)));
+  u.m0 = u.m1 = 0.f;
+  const uint8_t* qs = b + 32 + 32 * c;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const uint32_t lo = (ld32(qs + 4 * i) >> (2 * j)) & 0x03030303u;
+    const uint32_t hi = (ld32(b + 4 * i) >> s) & 0x01010101u;
+    u.q[i] = static_cast<int32_t>(__vsub4(lo | (hi << 2), 0x04040404u));
+  }
+}
+
+template <>
+__device__ __forceinline__ void load_unit<kQ2_K>(const uint8_t* row, int un, Unit& u) {
+  const uint8_t* b = row + static_cast<size_t>(un / 8) * sizeof(quant::BlockQ2_K);
+  const int s = un % 8, c = s / 4, j = s % 4;
+  const float d = ld_half(b + 80), dmin = ld_half(b + 82);
+  const uint8_t s0 = b[2 * s], s1 = b[2 * s + 1];
+  u.d0 = __fmul_rn(d, static_cast<float>(s0 & 0xF));
+  u.d1 = __fmul_rn(d, static_cast<float>(s1 & 0xF));
+  u.m0 = -__fmul_rn(dmin, static_cast<float>(s0 >> 4));
+  u.m1 = -__fmul_rn(dmin, static_cast<float>(s1 >> 4));
+  const uint8_t* qs = b + 16 + 32 * c;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) u.q[i] = static_cast<int32_t>((ld32a(qs + 4 * i) >> (2 * j)) & 0x03030303u);
+}
+
+// Element e (0..31) of a decoded unit as the reference computes it: d * q + m, rounded after
+// each operation (no fused multiply-add), so dequantized values equal the CPU's bit for bit.
+__device__ __forceinline__ float unit_value(const Unit& u, int e) {
+  const int8_t q = static_cast<int8_t>((u.q[e / 4] >> (8 * (e % 4))) & 0xff);
+  const bool hi = e >= 16;
+  return __fadd_rn(__fmul_rn(hi ? u.d1 : u.d0, static_cast<float>(q)), hi ? u.m1 : u.m0);
+}
+
+// Calls fn(std::integral_constant<int, T>{}) with the type id as a compile-time constant; false
+// if the type has no decoder.
+template <class Fn>
+__host__ bool dispatch_quant(int type, Fn&& fn) {
+  switch (type) {
+    case kQ4_0: fn(std::integral_constant<int, kQ4_0>{}); return true;
+    case kQ4_1: fn(std::integral_constant<int, kQ4_1>{}); return true;
+    case kQ5_0: fn(std::integral_constant<int, kQ5_0>{}); return true;
+    case kQ5_1: fn(std::integral_constant<int, kQ5_1>{}); return true;
+    case kQ8_0: fn(std::integral_constant<int, kQ8_0>{}); return true;
+    case kIQ4_NL: fn(std::integral_constant<int, kIQ4_NL>{}); return true;
+    case kQ2_K: fn(std::integral_constant<int, kQ2_K>{}); return true;
+    case kQ3_K: fn(std::integral_constant<int, kQ3_K>{}); return true;
+    case kQ4_K: fn(std::integral_constant<int, kQ4_K>{}); return true;
+    case kQ5_K: fn(std::integral_constant<int, kQ5_K>{}); return true;
+    case kQ6_K: fn(std::integral_constant<int, kQ6_K>{}); return true;
+    case kIQ4_XS: fn(std::integral_constant<int, kIQ4_XS>{}); return true;
+    default: return false;
+  }
+}
+
+// Float element i of a row of a float type (F32/F16/BF16).
+__device__ __forceinline__ float load_float(int type, const void* row, int64_t i) {
+  if (type == kF32) return static_cast<const float*>(row)[i];
+  const uint16_t h = static_cast<const uint16_t*>(row)[i];
+  if (type == kF16) return __half2float(__ushort_as_half(h));
+  return __uint_as_float(static_cast<uint32_t>(h) << 16);  // BF16
+}
+
+// Float to BF16 bits, round to nearest even (src/base/half.h fp32_to_bf16).
+__device__ __forceinline__ uint16_t to_bf16(float f) {
+  uint32_t x = __float_as_uint(f);
+  if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 0x40u);
+  x += 0x7fffu + ((x >> 16) & 1u);
+  return static_cast<uint16_t>(x >> 16);
+}
+
+// Row r of a 4-D row walk.
+__device__ __forceinline__ uint8_t* row_ptr(const Rows& t, int64_t r) {
+  const int64_t i1 = r % t.ne1, i2 = (r / t.ne1) % t.ne2, i3 = r / (t.ne1 * t.ne2);
+  return static_cast<uint8_t*>(t.p) + i1 * t.nb1 + i2 * t.nb2 + i3 * t.nb3;
+}
+
+}  // namespace kite::cuda
