@@ -1,8 +1,9 @@
 // kite-decode-kernels: single-thread throughput of the decode (one activation row) dot kernels
 // of each x86 level, with the weights hot in cache (kernel cost) and streamed from DRAM
-// (kernel + memory); then, for small batches of na activation rows, GB/s of weights read by
-// the three ways mul_mat can take them: the per-row dots (4 rows per call), gemm8 (weights read
-// in place, all rows per block) and pack + tile_dot (the prefill tiles, packed every step).
+// (kernel + memory), and of the one-row gemv kernel where the level has one; then, for small
+// batches of na activation rows, GB/s of weights read by the ways mul_mat can take them: the
+// per-row dots (4 rows per call), gemm8 (weights read in place, all rows per block), pack +
+// tile_dot (the prefill tiles, packed every step) and the wide 16-row tiles.
 // Not run in CI.
 //
 //   kite-decode-kernels [--types q4_0,q8_0,q4_K,q6_K] [--k 2048] [--na 1,2,4,8,16]
@@ -99,7 +100,23 @@ void bench_batches(const cpu::MatmulKernels& mk, const char* level, const quant:
           sink += out[0];
         }
     };
-    // mode 0: gemm8; 1: pack + tile_dot 4 rows per call; 2: pack + tile_dot8 where 8 rows remain.
+    // mode 0: gemm8; 1: pack + tile_dot 4 rows per call; 2: pack + tile_dot8 where 8 rows remain;
+    // 3: wide 16-row tiles (pack + wtile_dot, 8 rows per call).
+    const auto wpack = t16 ? nullptr : mk.wtile_pack[id];
+    std::vector<uint8_t> wtile(static_cast<size_t>(k / 32) * cpu::kWideTileBlockBytes);
+    float wout[cpu::kGemmMaxNa * cpu::kWideTileRows];
+    auto wide_rows = [&](int64_t rows) {
+      for (int64_t i = 0; i < rows; i += cpu::kWideTileRows) {
+        const uint8_t* rp[cpu::kWideTileRows];
+        for (int r = 0; r < cpu::kWideTileRows; ++r) rp[r] = w.data() + static_cast<size_t>(i + r) * row_bytes;
+        wpack(rp, cpu::kWideTileRows, k, wtile.data());
+        for (int j0 = 0, nn = 0; j0 < na; j0 += nn) {
+          nn = std::min(cpu::kGemmMaxNa, na - j0);
+          mk.wtile_dot[nn - 1](k, wtile.data(), at.data() + tab * j0, tab, wout);
+          sink += wout[0];
+        }
+      }
+    };
     const auto tdot8 = t16 ? mk.tile16_dot8 : mk.tile_dot8;
     auto tile_rows = [&](int64_t rows, int mode) {
       for (int64_t i = 0; i < rows; i += cpu::kTileRows) {
@@ -131,6 +148,8 @@ void bench_batches(const cpu::MatmulKernels& mk, const char* level, const quant:
         std::printf(" tiles %6.2f", run_rows([&](int64_t r) { tile_rows(r, 1); }, row_bytes, rows, 0.2));
       if (pack != nullptr && na >= 8)
         std::printf(" tiles8 %6.2f", run_rows([&](int64_t r) { tile_rows(r, 2); }, row_bytes, rows, 0.2));
+      if (wpack != nullptr)
+        std::printf(" wide %6.2f", run_rows(wide_rows, row_bytes, rows / 16 * 16, 0.2));
     }
     std::printf(" GB/s\n");
     std::fflush(stdout);
@@ -198,6 +217,18 @@ int main(int argc, char** argv) {
       std::printf("%-6s %-6s k=%lld  hot %6.2f GB/s (%5.2f ns/block)  dram %6.2f GB/s  dot=%g\n",
                   level == cpu::SimdLevel::kAvx2 ? "avx2" : "avx512", name.c_str(), static_cast<long long>(k), hot,
                   static_cast<double>(tr->type_size) / hot, cold, static_cast<double>(r));
+      // The one-row kernel mul_mat uses for decode where the level has one (kQ8G activations).
+      if (const cpu::VecDotFn gemv = mk->gemv[static_cast<size_t>(tr->type)]; gemv != nullptr) {
+        std::vector<uint8_t> actg(cpu::act_row_bytes(cpu::ActFormat::kQ8G, k) + 64);
+        mk->quantize_q8g(x.data(), actg.data(), k);
+        float rg = 0.f;
+        gemv(k, row.data(), actg.data(), 0, &rg);
+        const double ghot = run(gemv, w.data(), row_bytes, hot_rows, k, actg.data(), 0.3);
+        const double gcold = run(gemv, w.data(), row_bytes, cold_rows, k, actg.data(), 0.3);
+        std::printf("%-6s %-6s k=%lld  gemv hot %6.2f GB/s (%5.2f ns/block)  dram %6.2f GB/s  dot=%g\n",
+                    level == cpu::SimdLevel::kAvx2 ? "avx2" : "avx512", name.c_str(), static_cast<long long>(k), ghot,
+                    static_cast<double>(tr->type_size) / ghot, gcold, static_cast<double>(rg));
+      }
       bench_batches(*mk, level == cpu::SimdLevel::kAvx2 ? "avx2" : "avx512", *tr, k, x, w, row_bytes, cold_rows, nas);
     }
   }

@@ -790,5 +790,127 @@ TEST_CASE("ops: attention of one long sequence spread over threads, batch-indepe
   }
 }
 
+TEST_CASE("ops: decode gemv kernels (kQ8G activations) match the per-row dots") {
+  int checked = 0;
+  for (SimdLevel l : cpu::supported_simd_levels()) {
+    if (l == SimdLevel::kScalar) continue;
+    REQUIRE(cpu::matmul_kernels_for(l) != nullptr);
+    const cpu::MatmulKernels& mk = *cpu::matmul_kernels_for(l);
+    // 3, 7, 9, 16, 21 and 64 blocks: whole 16-block chunks, partial chunks with and without
+    // whole 4-block groups.
+    for (int64_t k : {96, 224, 288, 512, 672, 2048}) {
+      const std::vector<float> x = randn(static_cast<size_t>(k), 500 + static_cast<uint32_t>(k), 2.f);
+      const size_t ab = cpu::act_row_bytes(cpu::ActFormat::kQ8, k);
+      REQUIRE(cpu::act_row_bytes(cpu::ActFormat::kQ8G, k) == ab);
+      std::vector<uint8_t> a8(ab), ag(ab);
+      mk.quantize_q8(x.data(), a8.data(), k);
+      if (mk.quantize_q8g == nullptr) continue;
+      mk.quantize_q8g(x.data(), ag.data(), k);
+      // kQ8G is ActQ8's content regrouped: check every code, scale and sum where matmul.h puts it.
+      const auto* blk = reinterpret_cast<const cpu::ActQ8*>(a8.data());
+      for (int64_t c0 = 0; c0 < k / 32; c0 += 16) {
+        const int r = static_cast<int>(std::min<int64_t>(16, k / 32 - c0));
+        const uint8_t* chunk = ag.data() + 40 * c0;
+        float d[16], s[16];
+        std::memcpy(d, chunk + 32 * r, sizeof(float) * static_cast<size_t>(r));
+        std::memcpy(s, chunk + 32 * r + 4 * r, sizeof(float) * static_cast<size_t>(r));
+        for (int b = 0; b < r; ++b) {
+          const cpu::ActQ8& ref = blk[c0 + b];
+          INFO("k=", k, " block ", c0 + b);
+          CHECK(d[b] == ref.d);
+          CHECK(s[b] == ref.s);
+          for (int e = 0; e < 32; ++e) {
+            const size_t at = b < r / 4 * 4 ? static_cast<size_t>(128 * (b / 4) + 16 * (b % 4) + 64 * (e / 16) + e % 16)
+                                            : static_cast<size_t>(32 * b + e);
+            CHECK(static_cast<int8_t>(chunk[at]) == ref.qs[e]);
+          }
+        }
+      }
+      for (DType t : kQuantTypes) {
+        const auto id = static_cast<size_t>(t);
+        if (mk.gemv[id] == nullptr) continue;
+        const int64_t rows = 5;
+        const std::vector<uint8_t> wb = encode(t, randn(static_cast<size_t>(k * rows), 600 + static_cast<uint32_t>(k)), rows, k);
+        const size_t rb = wb.size() / rows;
+        std::vector<float> got;
+        std::vector<double> ref;
+        for (int64_t i = 0; i < rows; ++i) {
+          float a = 0.f, b = 0.f;
+          mk.gemv[id](k, wb.data() + rb * static_cast<size_t>(i), ag.data(), ab, &a);
+          mk.dot[id][0](k, wb.data() + rb * static_cast<size_t>(i), a8.data(), ab, &b);
+          got.push_back(a), ref.push_back(b);
+        }
+        INFO(cpu::simd_level_name(l), " ", quant::find_traits(t)->name, " k=", k);
+        // The same integer sums; only the float rounding differs.
+        CHECK(nmse(got, ref) < 1e-10);
+        ++checked;
+      }
+    }
+    // Through mul_mat at one activation row (the decode path), odd block counts.
+    for (int64_t k : {224, 288, 672}) check_mul_mat(DType::Q4_0, k, 37, 1, 1, false, 700 + static_cast<uint32_t>(k));
+  }
+  if (cpu::best_simd_level() == SimdLevel::kAvx512) CHECK(checked >= 6);
+}
+
+TEST_CASE("ops: wide 16-row prefill tiles match the 8-row tiles") {
+  const int max_na = cpu::kGemmMaxNa;
+  int types = 0;
+  for (SimdLevel l : cpu::supported_simd_levels()) {
+    if (l == SimdLevel::kScalar) continue;
+    REQUIRE(cpu::matmul_kernels_for(l) != nullptr);
+    const cpu::MatmulKernels& mk = *cpu::matmul_kernels_for(l);
+    for (DType t : kQuantTypes) {
+      const auto id = static_cast<size_t>(t);
+      if (mk.wtile_pack[id] == nullptr) continue;
+      const int64_t k = quant::find_traits(t)->block_size == 256 ? 512 : 288;  // 9 blocks of 32
+      const std::vector<float> xf = randn(static_cast<size_t>(k * max_na), 801);
+      const size_t ab = cpu::act_row_bytes(cpu::ActFormat::kQ8, k);
+      std::vector<uint8_t> at(ab * max_na);
+      for (int j = 0; j < max_na; ++j) mk.quantize_q8(&xf[static_cast<size_t>(j * k)], at.data() + ab * j, k);
+      REQUIRE((mk.tile_pack[id] != nullptr));
+      ++types;
+      for (int nrows : {16, 11, 3}) {
+        const std::vector<uint8_t> wb = encode(t, randn(static_cast<size_t>(k * nrows), 802 + nrows), nrows, k);
+        const size_t rb = wb.size() / static_cast<size_t>(nrows);
+        const uint8_t* rows[cpu::kWideTileRows];
+        for (int r = 0; r < nrows; ++r) rows[r] = wb.data() + rb * static_cast<size_t>(r);
+        std::vector<uint8_t> wide(static_cast<size_t>(k / 32) * cpu::kWideTileBlockBytes);
+        mk.wtile_pack[id](rows, nrows, k, wide.data());
+        // The reference: two 8-row tiles (the second may be partial or empty).
+        std::vector<float> ref8(static_cast<size_t>(max_na * cpu::kWideTileRows), 0.f);
+        for (int h = 0; h * cpu::kTileRows < nrows; ++h) {
+          std::vector<uint8_t> tile(static_cast<size_t>(k / 32) * cpu::kTileBlockBytes);
+          mk.tile_pack[id](rows + h * cpu::kTileRows, std::min(cpu::kTileRows, nrows - h * cpu::kTileRows), k, tile.data());
+          for (int j = 0; j < max_na; ++j) {
+            float one[cpu::kTileRows];
+            mk.tile_dot[0](k, tile.data(), at.data() + ab * static_cast<size_t>(j), ab, one);
+            for (int r = 0; r < cpu::kTileRows; ++r)
+              ref8[static_cast<size_t>(j * cpu::kWideTileRows + h * cpu::kTileRows + r)] = one[r];
+          }
+        }
+        for (int na = 1; na <= max_na; ++na) {
+          REQUIRE((mk.wtile_dot[na - 1] != nullptr));
+          float got[cpu::kGemmMaxNa * cpu::kWideTileRows];
+          mk.wtile_dot[na - 1](k, wide.data(), at.data(), ab, got);
+          std::vector<float> g;
+          std::vector<double> ref;
+          for (int j = 0; j < na; ++j)
+            for (int r = 0; r < nrows; ++r) {
+              g.push_back(got[j * cpu::kWideTileRows + r]);
+              ref.push_back(ref8[static_cast<size_t>(j * cpu::kWideTileRows + r)]);
+            }
+          INFO(cpu::simd_level_name(l), " ", quant::find_traits(t)->name, " rows ", nrows, " na ", na);
+          CHECK(nmse(g, ref) < 1e-10);  // the same integer sums and float steps per row
+        }
+      }
+    }
+  }
+  if (cpu::best_simd_level() == SimdLevel::kAvx512) CHECK(types == 9);
+  // Through mul_mat: past the small-batch range, a whole and a partial 16-row tile, n % 8 != 0.
+  uint32_t seed = 820;
+  for (DType t : {DType::Q4_0, DType::Q8_0, DType::Q4_K, DType::IQ4_XS, DType::Q5_1})
+    check_mul_mat(t, quant::find_traits(t)->block_size == 256 ? 512 : 288, 37, 43, 1, false, seed++);
+}
+
 }  // namespace
 }  // namespace kite

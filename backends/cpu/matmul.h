@@ -25,7 +25,12 @@ struct ActQ8 {
 };
 static_assert(sizeof(ActQ8) == 40);
 
-enum class ActFormat { kF32, kQ8, kQ8U, kQ8K };  // kQ8U: ActQ8 with codes + 128 (u8)
+// kQ8U: ActQ8 with codes + 128 (u8). kQ8G: ActQ8's content regrouped for the one-row kernels
+// (MatmulKernels::gemv), same size: per chunk of 16 blocks (the last chunk may hold r < 16), the
+// codes of each 4 blocks as their four low halves (codes 0-15) side by side, then their four high
+// halves (64 + 64 bytes); the codes of a last group of fewer than 4 blocks in ActQ8 order (32
+// bytes a block); then the chunk's r scales d and r sums s as floats.
+enum class ActFormat { kF32, kQ8, kQ8U, kQ8K, kQ8G };
 
 // The activation format a weight type's fast kernel consumes.
 ActFormat act_format(DType weight_type);
@@ -44,10 +49,14 @@ inline constexpr int kTypeSlots = 40;  // ggml type ids are < 40
 struct MatmulKernels {
   QuantizeActFn quantize_q8 = nullptr;
   QuantizeActFn quantize_q8k = nullptr;
+  QuantizeActFn quantize_q8g = nullptr;  // into ActFormat::kQ8G
   // dot[type id][na - 1]; null where the level has no kernel for the type. (Plain arrays: the
   // kernel files must not instantiate header inline functions, which the linker could then
   // share with code for other levels.)
   VecDotFn dot[kTypeSlots][kMaxNa] = {};
+  // Decode: one weight row against one ActFormat::kQ8G activation row (act_stride unused); null
+  // where the level has none for the type (mul_mat then takes dot[type][0] with ActQ8).
+  VecDotFn gemv[kTypeSlots] = {};
 
   // Prefill tiles (levels with VNNI): tile_pack[type] decodes 8 weight rows (rows[r], r < nrows;
   // the rest zero) into the interleaved tile layout below; tile_dot[na - 1] multiplies a tile by
@@ -62,6 +71,12 @@ struct MatmulKernels {
   // d_lo[8], d_hi[8], cw_lo[8], cw_hi[8].
   void (*tile16_pack[kTypeSlots])(const uint8_t* const* rows, int nrows, int64_t k, uint8_t* tile) = {};
   void (*tile16_dot[kMaxNa])(int64_t k, const uint8_t* tile, const uint8_t* act, size_t act_stride, float* out) = {};
+  // Wide tiles (32-element types, AVX-512 level): 16 weight rows in 512-bit vectors, so one
+  // vpdpbusd covers 4 elements of 16 rows. Layout per 32 elements: u8 u[8 groups][16 rows][4],
+  // float d[16], c[16]; weight value = d * u + c, as in the 8-row tiles (same decoders).
+  // wtile_dot[na - 1] multiplies one by na (1..kGemmMaxNa) ActQ8 rows: out[j * 16 + r].
+  void (*wtile_pack[kTypeSlots])(const uint8_t* const* rows, int nrows, int64_t k, uint8_t* tile) = {};
+  void (*wtile_dot[8])(int64_t k, const uint8_t* tile, const uint8_t* act, size_t act_stride, float* out) = {};
   // The same two tile products for 8 activation rows at once (fewer reloads of the tile).
   void (*tile_dot8)(int64_t k, const uint8_t* tile, const uint8_t* act, size_t act_stride, float* out) = nullptr;
   void (*tile16_dot8)(int64_t k, const uint8_t* tile, const uint8_t* act, size_t act_stride, float* out) = nullptr;
@@ -92,6 +107,9 @@ inline constexpr int kTileRows = 8;
 inline constexpr int kGemmMaxNa = 8;  // activation rows per gemm8 call
 inline constexpr size_t kTileBlockBytes = 32 * kTileRows + 2 * kTileRows * sizeof(float);  // per 32 elements
 inline constexpr size_t kTile16BlockBytes = 32 * kTileRows + 4 * kTileRows * sizeof(float);
+inline constexpr int kWideTileRows = 16;
+inline constexpr size_t kWideTileBlockBytes = 32 * kWideTileRows + 2 * kWideTileRows * sizeof(float);
+static_assert(kGemmMaxNa == 8, "wtile_dot has one entry per activation row count up to 8");
 
 // Activation rows up to which mul_mat uses gemm8 (where the level has it) rather than the
 // per-row dots (below 8) or the packed tiles; n < 0 restores the default. For benchmarks and

@@ -98,9 +98,16 @@ MatmulPath matmul_path(const MatmulKernels* mk, DType t, int64_t n) {
   return n >= (kind == 2 ? kTile16MinRows : kTileMinRows) ? MatmulPath::kTiles : MatmulPath::kDots;
 }
 
-// gemm8 and the tiles take their activations in the tiles' format.
+// The one-row kernel of the level for type t (gemv[], kQ8G activations), or null.
+VecDotFn gemv_kernel(const MatmulKernels* mk, DType t) {
+  const auto id = static_cast<size_t>(t);
+  return mk != nullptr && id < kTypeSlots && mk->quantize_q8g != nullptr ? mk->gemv[id] : nullptr;
+}
+
+// gemm8 and the tiles take their activations in the tiles' format, one row its gemv's.
 ActFormat act_format_for(const MatmulKernels* mk, DType t, int64_t n) {
-  if (matmul_path(mk, t, n) == MatmulPath::kDots) return act_format(t);
+  if (matmul_path(mk, t, n) == MatmulPath::kDots)
+    return n == 1 && gemv_kernel(mk, t) != nullptr ? ActFormat::kQ8G : act_format(t);
   return tile_kind(mk, t) == 2 ? ActFormat::kQ8U : ActFormat::kQ8;
 }
 
@@ -135,38 +142,83 @@ void mul_mat_gemm8(Tensor* dst, const KernelCtx& c, const MatmulKernels& mk, con
   }
 }
 
-// Phase 2 with tiles: each chunk is one tile of 8 weight rows, packed into this thread's scratch
-// and multiplied by the activations four rows at a time.
+// Software prefetch of a tile's weight rows (rows i0..i0+nrows-1), spread over `steps` calls of
+// step(): packing a tile otherwise waits on DRAM for its 8-16 row streams.
+class RowPrefetch {
+ public:
+  RowPrefetch(const Tensor* w, int64_t i0, int64_t nrows, int64_t steps)
+      : w_(w), row_(i0), end_(i0 + std::max<int64_t>(0, nrows)), row_bytes_(w->nb[1]) {
+    const size_t lines = static_cast<size_t>(std::max<int64_t>(0, nrows)) * ((row_bytes_ + 63) / 64);
+    const auto n_steps = static_cast<size_t>(std::max<int64_t>(1, steps));
+    per_step_ = (lines + n_steps - 1) / n_steps;
+  }
+  void step() {
+    for (size_t i = 0; i < per_step_ && row_ < end_; ++i) {
+      __builtin_prefetch(w_->row_ptr(row_) + off_);
+      off_ += 64;
+      if (off_ >= row_bytes_) off_ = 0, ++row_;
+    }
+  }
+
+ private:
+  const Tensor* w_;
+  int64_t row_, end_;
+  size_t row_bytes_, per_step_ = 0, off_ = 0;
+};
+
+// Phase 2 with tiles: chunks of consecutive tiles of weight rows (16 in a wide tile where the
+// level has them, else 8); each tile is packed into this thread's scratch and multiplied by the
+// activations eight rows at a time, while the rows of the chunk's next tile are prefetched.
 void mul_mat_tiled(Tensor* dst, const KernelCtx& c, const MatmulKernels& mk, const uint8_t* act, size_t stride) {
   const Tensor* w = dst->src[0];
   const int64_t k = w->ne[0], m = w->ne[1], n = dst->ne[1];
+  const auto id = static_cast<size_t>(w->type);
   const bool t16 = tile_kind(&mk, w->type) == 2;
-  const auto pack = t16 ? mk.tile16_pack[static_cast<size_t>(w->type)] : mk.tile_pack[static_cast<size_t>(w->type)];
+  const bool wide = !t16 && mk.wtile_pack[id] != nullptr && mk.wtile_dot[kGemmMaxNa - 1] != nullptr;
+  const int tile_rows = wide ? kWideTileRows : kTileRows;
+  const auto pack = wide ? mk.wtile_pack[id] : t16 ? mk.tile16_pack[id] : mk.tile_pack[id];
   const auto* tdot = t16 ? mk.tile16_dot : mk.tile_dot;
   const auto tdot8 = t16 ? mk.tile16_dot8 : mk.tile_dot8;
-  const size_t tile_bytes = static_cast<size_t>(k / 32) * (t16 ? kTile16BlockBytes : kTileBlockBytes);
+  const size_t tile_bytes =
+      static_cast<size_t>(k / 32) * (wide ? kWideTileBlockBytes : t16 ? kTile16BlockBytes : kTileBlockBytes);
   std::vector<float>& scratch = *c.scratch;
   if (scratch.size() * sizeof(float) < tile_bytes) scratch.resize(tile_bytes / sizeof(float) + 1);
   auto* tile = reinterpret_cast<uint8_t*>(scratch.data());
   auto* out0 = static_cast<uint8_t*>(dst->data);
   const size_t out_stride = dst->nb[1];
-  const int64_t n_tiles = (m + kTileRows - 1) / kTileRows;
-  float r[8 * kTileRows];
-  for (int64_t t = c.counter->fetch_add(1, std::memory_order_relaxed); t < n_tiles;
-       t = c.counter->fetch_add(1, std::memory_order_relaxed)) {
-    const int64_t i0 = t * kTileRows;
-    const int nrows = static_cast<int>(std::min<int64_t>(kTileRows, m - i0));
-    const uint8_t* rows[kTileRows];
+  const int64_t n_tiles = (m + tile_rows - 1) / tile_rows;
+  const int64_t per_chunk = std::max<int64_t>(1, n_tiles / (4 * static_cast<int64_t>(c.nth)));
+  const int64_t n_chunks = (n_tiles + per_chunk - 1) / per_chunk;
+  const int64_t n_steps = (n + kGemmMaxNa - 1) / kGemmMaxNa;
+  float r[kGemmMaxNa * kWideTileRows];
+  auto one_tile = [&](int64_t t, int64_t chunk_end) {
+    const int64_t i0 = t * tile_rows;
+    const int nrows = static_cast<int>(std::min<int64_t>(tile_rows, m - i0));
+    const uint8_t* rows[kWideTileRows];
     for (int rr = 0; rr < nrows; ++rr) rows[rr] = w->row_ptr(i0 + rr);
     pack(rows, nrows, k, tile);
+    RowPrefetch next(w, i0 + tile_rows, t + 1 < chunk_end ? std::min<int64_t>(tile_rows, m - i0 - tile_rows) : 0,
+                     n_steps);
     for (int64_t j0 = 0, na = 0; j0 < n; j0 += na) {
-      na = n - j0 >= 8 && tdot8 != nullptr ? 8 : std::min<int64_t>(kMaxNa, n - j0);
-      (na == 8 ? tdot8 : tdot[na - 1])(k, tile, act + static_cast<size_t>(j0) * stride, stride, r);
+      next.step();
+      const uint8_t* a = act + static_cast<size_t>(j0) * stride;
+      if (wide) {
+        na = std::min<int64_t>(kGemmMaxNa, n - j0);
+        mk.wtile_dot[na - 1](k, tile, a, stride, r);
+      } else {
+        na = n - j0 >= 8 && tdot8 != nullptr ? 8 : std::min<int64_t>(kMaxNa, n - j0);
+        (na == 8 ? tdot8 : tdot[na - 1])(k, tile, a, stride, r);
+      }
       for (int jj = 0; jj < na; ++jj) {
         float* o = reinterpret_cast<float*>(out0 + static_cast<size_t>(j0 + jj) * out_stride) + i0;
-        for (int rr = 0; rr < nrows; ++rr) o[rr] = r[jj * kTileRows + rr];
+        for (int rr = 0; rr < nrows; ++rr) o[rr] = r[jj * tile_rows + rr];
       }
     }
+  };
+  for (int64_t ch = c.counter->fetch_add(1, std::memory_order_relaxed); ch < n_chunks;
+       ch = c.counter->fetch_add(1, std::memory_order_relaxed)) {
+    const int64_t end = std::min(n_tiles, (ch + 1) * per_chunk);
+    for (int64_t t = ch * per_chunk; t < end; ++t) one_tile(t, end);
   }
 }
 
@@ -204,7 +256,8 @@ size_t act_row_bytes(ActFormat f, int64_t k) {
   switch (f) {
     case ActFormat::kF32: return static_cast<size_t>(k) * sizeof(float);
     case ActFormat::kQ8:
-    case ActFormat::kQ8U: return static_cast<size_t>(k / 32) * sizeof(ActQ8);
+    case ActFormat::kQ8U:
+    case ActFormat::kQ8G: return static_cast<size_t>(k / 32) * sizeof(ActQ8);
     case ActFormat::kQ8K: return static_cast<size_t>(k / quant::kQK_K) * sizeof(quant::BlockQ8_K);
   }
   return 0;
@@ -306,6 +359,7 @@ void op_mul_mat(Tensor* dst, const KernelCtx& c) {
         break;
       }
       case ActFormat::kQ8K: mk->quantize_q8k(x_row(x, j), out, k); break;
+      case ActFormat::kQ8G: mk->quantize_q8g(x_row(x, j), out, k); break;
     }
   };
   if (f == ActFormat::kF32 && uniform_rows(x)) {
@@ -344,6 +398,8 @@ void op_mul_mat(Tensor* dst, const KernelCtx& c) {
   auto* out0 = static_cast<uint8_t*>(dst->data);
   const size_t out_stride = dst->nb[1];
   float r[kMaxNa];
+  VecDotFn row_dot[kMaxNa] = {dot[0], dot[1], dot[2], dot[3]};
+  if (f == ActFormat::kQ8G) row_dot[0] = gemv_kernel(mk, w->type);  // n == 1
   for (int64_t ch = c.counter->fetch_add(1, std::memory_order_relaxed); ch < n_chunks;
        ch = c.counter->fetch_add(1, std::memory_order_relaxed)) {
     const int64_t i0 = ch * rows_per_chunk, i1 = std::min(m, i0 + rows_per_chunk);
@@ -351,7 +407,7 @@ void op_mul_mat(Tensor* dst, const KernelCtx& c) {
       const int na = static_cast<int>(std::min<int64_t>(kMaxNa, n - j0));
       const uint8_t* a = act + static_cast<size_t>(j0) * stride;
       for (int64_t i = i0; i < i1; ++i) {
-        dot[na - 1](k, w->row_ptr(i), a, stride, r);
+        row_dot[na - 1](k, w->row_ptr(i), a, stride, r);
         for (int jj = 0; jj < na; ++jj)
           reinterpret_cast<float*>(out0 + static_cast<size_t>(j0 + jj) * out_stride)[i] = r[jj];
       }
