@@ -6,7 +6,7 @@ set -euo pipefail
 dir="${1:-${LLAMA_CPP_DIR:-/tmp/llama.cpp}}"
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(llama-bench llama-batched-bench llama-perplexity llama-server llama-tokenize llama-speculative-simple llama-quantize)
+[ ${#targets[@]} -gt 0 ] || targets=(llama-bench llama-batched-bench llama-perplexity llama-server llama-tokenize llama-speculative-simple llama-quantize llama-simple)
 version=3.22.1
 if [ ! -d "$dir/.git" ]; then
   work=$(mktemp -d)
