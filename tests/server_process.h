@@ -27,32 +27,9 @@ class ServerProcess {
   // Runs `kite serve --port 0 ARGS...`; waits until the port is printed and /health says 200
   // (or `timeout` passes: then ok() is false and log() says why).
   explicit ServerProcess(const std::vector<std::string>& args, double timeout_s = 30) {
-    static int counter = 0;
-    const auto dir = std::filesystem::path(KITE_BINARY_DIR) / "test-scratch" / "serve";
-    std::filesystem::create_directories(dir);
-    log_path_ = (dir / (std::to_string(::getpid()) + "-" + std::to_string(counter++) + ".log")).string();
-    std::vector<std::string> argv = {KITE_EXE, "serve", "--port", "0"};
-    argv.insert(argv.end(), args.begin(), args.end());
-    pid_ = ::fork();
-    if (pid_ == 0) {
-      const int fd = ::open(log_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      if (fd >= 0) ::dup2(fd, 2);
-      const int devnull = ::open("/dev/null", O_RDWR);
-      if (devnull >= 0) ::dup2(devnull, 0), ::dup2(devnull, 1);
-      std::vector<char*> cargv;
-      for (auto& a : argv) cargv.push_back(a.data());
-      cargv.push_back(nullptr);
-      ::execv(cargv[0], cargv.data());
-      std::_Exit(127);
-    }
+    spawn(args);
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
-    while (std::chrono::steady_clock::now() < deadline && port_ == 0) {
-      const std::string text = log();
-      const std::string key = "://127.0.0.1:";
-      if (auto p = text.find(key); p != std::string::npos) port_ = std::atoi(text.c_str() + p + key.size());
-      else std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      if (exited()) return;
-    }
+    if (!wait_for_port(deadline, std::chrono::milliseconds(20))) return;
     while (std::chrono::steady_clock::now() < deadline) {
       if (log().find("ready (") != std::string::npos) {
         ready_ = true;
@@ -62,6 +39,19 @@ class ServerProcess {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
   }
+
+  // Runs `kite serve --port 0 ARGS...` and returns as soon as the port is bound (printed), before
+  // the model is loaded: the caller watches the start-up. ok() stays false; port() is 0 when the
+  // port was not printed within `timeout_s`.
+  struct NoWait {
+    double timeout_s = 30;
+  };
+  ServerProcess(const std::vector<std::string>& args, NoWait no_wait) {
+    spawn(args);
+    wait_for_port(std::chrono::steady_clock::now() + std::chrono::duration<double>(no_wait.timeout_s),
+                  std::chrono::milliseconds(1));
+  }
+
   ~ServerProcess() {
     if (pid_ > 0 && status_ < 0) {
       ::kill(pid_, SIGKILL);
@@ -92,6 +82,40 @@ class ServerProcess {
   }
 
  private:
+  // Polls the log every `poll` until the server prints its port; false when it exits or `deadline` passes.
+  template <typename TimePoint>
+  bool wait_for_port(TimePoint deadline, std::chrono::milliseconds poll) {
+    while (std::chrono::steady_clock::now() < deadline && port_ == 0) {
+      const std::string text = log();
+      const std::string key = "://127.0.0.1:";
+      if (auto p = text.find(key); p != std::string::npos) port_ = std::atoi(text.c_str() + p + key.size());
+      else std::this_thread::sleep_for(poll);
+      if (exited()) return false;
+    }
+    return port_ > 0;
+  }
+
+  void spawn(const std::vector<std::string>& args) {
+    static int counter = 0;
+    const auto dir = std::filesystem::path(KITE_BINARY_DIR) / "test-scratch" / "serve";
+    std::filesystem::create_directories(dir);
+    log_path_ = (dir / (std::to_string(::getpid()) + "-" + std::to_string(counter++) + ".log")).string();
+    std::vector<std::string> argv = {KITE_EXE, "serve", "--port", "0"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      const int fd = ::open(log_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      if (fd >= 0) ::dup2(fd, 2);
+      const int devnull = ::open("/dev/null", O_RDWR);
+      if (devnull >= 0) ::dup2(devnull, 0), ::dup2(devnull, 1);
+      std::vector<char*> cargv;
+      for (auto& a : argv) cargv.push_back(a.data());
+      cargv.push_back(nullptr);
+      ::execv(cargv[0], cargv.data());
+      std::_Exit(127);
+    }
+  }
+
   bool exited() {
     if (status_ >= 0) return true;
     int st = 0;

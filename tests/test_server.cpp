@@ -80,8 +80,12 @@ TEST_CASE("serve: chat and completions answer in OpenAI's shapes with exact usag
   for (int i = 0; i < 4; ++i) {
     const auto& ch = j["choices"][i];
     CHECK(ch["index"] == i);
-    CHECK(ch["text"].get<std::string>().rfind(i < 2 ? "Once upon a time" : "The king said", 0) == 0);
-    CHECK(ch["logprobs"]["tokens"].size() == 5);
+    const std::string prompt = i < 2 ? "Once upon a time" : "The king said";
+    CHECK(ch["text"].get<std::string>().rfind(prompt, 0) == 0);
+    // echo: the prompt's tokens come first (test_server_logprobs.cpp checks them), then the 5 generated
+    const size_t n_lp = ch["logprobs"]["tokens"].size();
+    REQUIRE(n_lp > 5);
+    CHECK(ch["logprobs"]["text_offset"][n_lp - 5] == prompt.size());
     CHECK(ch["logprobs"]["top_logprobs"][0].size() == 2);
     CHECK(ch["logprobs"]["token_logprobs"][0].get<double>() <= 0.0);
   }
@@ -351,6 +355,9 @@ TEST_CASE("serve: hostile requests get 4xx with OpenAI errors and the server kee
       {"/v1/completions", json{{"prompt", json::array()}}.dump(), 400, "prompt"},
       {"/v1/completions", json{{"prompt", "x"}, {"logprobs", 9}}.dump(), 400, "logprobs"},
       {"/v1/completions", json{{"prompt", "x"}, {"echo", 1}}.dump(), 400, "echo"},
+      {"/v1/completions", json{{"prompt", "x"}, {"max_tokens", 0}}.dump(), 400, "max_tokens"},  // 0 only with echo
+      {"/v1/completions", json{{"prompt", "x"}, {"suffix", "the end"}}.dump(), 400, "suffix"},
+      {"/v1/completions", json{{"prompt", "x"}, {"best_of", 2}}.dump(), 400, "best_of"},
       {"/detokenize", json{{"tokens", {-1}}}.dump(), 400, "tokens"},
   };
   for (const auto& k : cases) {
@@ -366,6 +373,16 @@ TEST_CASE("serve: hostile requests get 4xx with OpenAI errors and the server kee
     CHECK(e["error"]["message"].get<std::string>().size() > 5);
     if (!k.param.empty()) CHECK(e["error"]["param"] == k.param);
   }
+  // A JSON body sent with a form's content type (curl -d without -H) is read as JSON at any size;
+  // a multipart body is refused with 400.
+  auto form = c.Post("/tokenize", json{{"content", std::string(20000, 'a')}}.dump(), "application/x-www-form-urlencoded");
+  REQUIRE(form);
+  CHECK(form->status == 200);
+  CHECK(json::parse(form->body)["tokens"].size() > 0);
+  auto multipart = c.Post("/v1/completions", "--x\r\n\r\n--x--\r\n", "multipart/form-data; boundary=x");
+  REQUIRE(multipart);
+  CHECK(multipart->status == 400);
+  CHECK(json::parse(multipart->body)["error"]["message"].get<std::string>().find("multipart") != std::string::npos);
   // Still serving (the slow connection is still open).
   auto r = post(c, "/v1/chat/completions", {{"messages", msgs}, {"max_tokens", 3}});
   REQUIRE(r);
@@ -387,7 +404,8 @@ TEST_CASE("serve: any value in any field is answered without a server error") {
       "model", "messages", "stream", "stream_options", "temperature", "top_p", "top_k", "min_p", "seed", "n", "stop",
       "max_tokens", "max_completion_tokens", "presence_penalty", "frequency_penalty", "logit_bias", "logprobs",
       "top_logprobs", "response_format", "tools", "tool_choice", "ignore_eos", "user"};
-  const std::vector<std::string> completion_fields = {"prompt", "echo", "logprobs", "stop", "n", "max_tokens", "seed"};
+  const std::vector<std::string> completion_fields = {"prompt",     "echo", "logprobs", "stop",   "n",
+                                                      "max_tokens", "seed", "suffix",   "best_of"};
   int answered = 0;
   for (const bool chat : {true, false})
     for (const auto& f : chat ? chat_fields : completion_fields)

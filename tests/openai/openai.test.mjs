@@ -99,8 +99,18 @@ test('completions: string prompt, echo, logprobs, stop', async () => {
   });
   assert.equal(r.object, 'text_completion');
   assert.ok(r.choices[0].text.startsWith('Once upon a time'));
-  assert.equal(r.choices[0].logprobs.tokens.length, r.usage.completion_tokens);
-  assert.equal(r.choices[0].logprobs.top_logprobs[0] && Object.keys(r.choices[0].logprobs.top_logprobs[0]).length, 2);
+  // echo: the prompt's tokens (the BOS the tokenizer added is not echoed) come first, then the generated ones.
+  const lp = r.choices[0].logprobs;
+  assert.equal(lp.tokens.join(''), r.choices[0].text);
+  assert.equal(lp.tokens.length, r.usage.prompt_tokens - 1 + r.usage.completion_tokens);
+  assert.equal(lp.text_offset[r.usage.prompt_tokens - 1], 'Once upon a time'.length);
+  assert.ok(lp.token_logprobs.every((x) => typeof x === 'number' && x <= 0));
+  assert.equal(lp.top_logprobs[0] && Object.keys(lp.top_logprobs[0]).length, 2);
+  // max_tokens 0 with echo scores the prompt alone.
+  const scored = await client.completions.create({ model, prompt: 'Once upon a time', max_tokens: 0, echo: true, logprobs: 1 });
+  assert.equal(scored.choices[0].text, 'Once upon a time');
+  assert.equal(scored.usage.completion_tokens, 0);
+  assert.deepEqual(scored.choices[0].logprobs.token_logprobs, lp.token_logprobs.slice(0, r.usage.prompt_tokens - 1));
   const s = await client.completions.create({ model, prompt: 'Once upon a time', max_tokens: 40, temperature: 0, stop: ['\n'] });
   assert.ok(!s.choices[0].text.includes('\n'));
 

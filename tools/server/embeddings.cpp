@@ -68,15 +68,13 @@ void handle_embeddings(const HandlerContext& hc, const httplib::Request& req, ht
   EmbedOptions eo;
   eo.pooling = er.pooling;
   auto job = std::make_shared<EmbedJob>(std::move(er.inputs), eo);
-  if (auto st = engine.submit_embeddings(job); !st) {
+  if (auto st = engine.submit_aux(job); !st) {
     send_error(res, engine_error(st.error(), "input", "input"));
     return;
   }
   const auto deadline = start + std::chrono::milliseconds(static_cast<int64_t>(hc.timeout_s * 1000));
-  if (!job->wait_until(deadline)) {
-    hc.metrics->count_cancelled();
-    send_error(res, ApiError{503, "the embeddings took longer than the server's timeout", "server_unavailable_error",
-                             "", "timeout"});
+  if (auto e = wait_for_aux(*job, deadline, ClientConnection(req), hc.metrics)) {
+    send_error(res, *e);
     return;
   }
   if (job->error()) {

@@ -1,6 +1,7 @@
 #include "tools/server/engine.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -16,20 +17,81 @@ namespace {
 constexpr uint64_t kWakeId = UINT64_MAX;
 }  // namespace
 
-bool EmbedJob::wait_until(Clock::time_point deadline) {
+bool AuxJob::wait_until(Clock::time_point deadline) {
   std::unique_lock<std::mutex> lock(mu_);
-  if (cv_.wait_until(lock, deadline, [&] { return done_; })) return true;
-  cancelled_.store(true);
-  return false;
+  return cv_.wait_until(lock, deadline, [&] { return done_; });
 }
 
-void EmbedJob::finish(std::optional<Error> error) {
+void AuxJob::finish(std::optional<Error> error) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     error_ = std::move(error);
     done_ = true;
   }
   cv_.notify_all();
+}
+
+Status EmbedJob::run_input(Context& ctx, size_t i) {
+  KITE_ASSIGN_OR_RETURN(std::vector<float> v, embed(ctx, inputs_[i], options_));
+  results_.push_back(std::move(v));
+  return ok_status();
+}
+
+namespace {
+
+// Prompt positions per model step when scoring: every position keeps its logits, so the step's
+// output is kScoreBatch x n_vocab floats however long the prompt.
+constexpr size_t kScoreBatch = 64;
+
+// Logprobs of position p's token from the logits of position p - 1.
+PositionLogprobs position_logprobs(std::span<const float> logits, int32_t token, int32_t n_top,
+                                   std::vector<int32_t>* order) {
+  double max = -INFINITY;
+  for (float l : logits) max = std::max(max, static_cast<double>(l));
+  double sum = 0;
+  for (float l : logits) sum += std::exp(static_cast<double>(l) - max);
+  const double log_z = max + std::log(sum);
+  PositionLogprobs out;
+  out.logprob = static_cast<float>(static_cast<double>(logits[static_cast<size_t>(token)]) - log_z);
+  const size_t k = std::min(static_cast<size_t>(std::max(n_top, 0)), logits.size());
+  order->resize(logits.size());
+  for (size_t t = 0; t < order->size(); ++t) (*order)[t] = static_cast<int32_t>(t);
+  std::partial_sort(order->begin(), order->begin() + static_cast<std::ptrdiff_t>(k), order->end(),
+                    [&](int32_t a, int32_t b) {
+                      const float la = logits[static_cast<size_t>(a)], lb = logits[static_cast<size_t>(b)];
+                      return la > lb || (la == lb && a < b);
+                    });
+  for (size_t j = 0; j < k; ++j)
+    out.top.push_back({(*order)[j], static_cast<float>(logits[static_cast<size_t>((*order)[j])] - log_z)});
+  return out;
+}
+
+}  // namespace
+
+Status ScoreJob::run_input(Context& ctx, size_t i) {
+  const std::vector<int32_t>& tokens = prompts_[i];
+  if (static_cast<int64_t>(tokens.size()) > ctx.kv().n_ctx())
+    return make_error_code(ErrorCode::kTooLarge, "the prompt has ", tokens.size(), " tokens, more than the context's ",
+                           ctx.kv().n_ctx());
+  std::vector<PositionLogprobs> out;
+  out.reserve(tokens.size());
+  out.push_back({std::nanf(""), {}});  // nothing before the first token
+  std::vector<BatchToken> batch;
+  std::vector<int32_t> order;
+  Status st = ok_status();
+  // The last token's logits predict past the prompt: not needed.
+  for (size_t start = 0; start + 1 < tokens.size() && st; start += kScoreBatch) {
+    const size_t end = std::min(tokens.size() - 1, start + kScoreBatch);
+    batch.clear();
+    for (size_t p = start; p < end; ++p) batch.push_back({tokens[p], 0, true});
+    st = ctx.decode(batch);
+    for (size_t o = 0; st && o < ctx.n_outputs(); ++o)
+      out.push_back(position_logprobs(ctx.logits(o), tokens[start + o + 1], n_top_, &order));
+  }
+  ctx.kv().clear(0);  // also on error: the next job starts from an empty sequence
+  if (!st) return st.error();
+  results_.push_back(std::move(out));
+  return ok_status();
 }
 
 RequestStream::RequestStream(int32_t n_parts, Metrics* metrics)
@@ -222,10 +284,10 @@ void Engine::thread_main() {
   publish();
   state_.store(State::kReady, std::memory_order_release);
   while (!stop_.load()) {
-    // One embedding input per turn, then one generation step: neither starves the other.
-    const bool embedded = embed_turn();
+    // One auxiliary input per turn, then one generation step: neither starves the other.
+    const bool aux = aux_turn();
     if (scheduler_->idle()) {
-      if (embedded || embeddings_waiting()) continue;
+      if (aux || aux_waiting()) continue;
       publish();
       scheduler_->wait_for_work(std::chrono::milliseconds(50));
       continue;
@@ -235,7 +297,7 @@ void Engine::thread_main() {
     publish();
   }
   // Shutting down: whatever is still queued or running ends as cancelled.
-  fail_embeddings(make_error_code(ErrorCode::kBusy, "the server is shutting down"));
+  fail_aux(make_error_code(ErrorCode::kBusy, "the server is shutting down"));
   cancel_all();
   for (int i = 0; i < 1000 && !scheduler_->idle(); ++i)
     if (!scheduler_->step()) break;
@@ -301,52 +363,52 @@ void Engine::cancel_all() {
 size_t Engine::active() const {
   size_t n = 0;
   {
-    std::lock_guard<std::mutex> lock(embed_mu_);
-    n = embed_queue_.size();
+    std::lock_guard<std::mutex> lock(aux_mu_);
+    n = aux_queue_.size();
   }
   std::lock_guard<std::mutex> lock(mu_);
   return n + active_.size();
 }
 
-Status Engine::submit_embeddings(std::shared_ptr<EmbedJob> job) {
+Status Engine::submit_aux(std::shared_ptr<AuxJob> job) {
   if (state() != State::kReady) return make_error_code(ErrorCode::kBusy, "the model is not ready");
   {
-    std::lock_guard<std::mutex> lock(embed_mu_);
+    std::lock_guard<std::mutex> lock(aux_mu_);
     const size_t limit = static_cast<size_t>(std::max(1, opts_.scheduler.max_queued));
-    if (embed_queue_.size() >= limit)
-      return make_error_code(ErrorCode::kBusy, "too many embedding requests waiting (", embed_queue_.size(),
+    if (aux_queue_.size() >= limit)
+      return make_error_code(ErrorCode::kBusy, "too many embedding or scoring requests waiting (", aux_queue_.size(),
                              "); try again later");
-    embed_queue_.push_back(std::move(job));
+    aux_queue_.push_back(std::move(job));
   }
   scheduler_->cancel(kWakeId);
   return ok_status();
 }
 
-bool Engine::embeddings_waiting() const {
-  std::lock_guard<std::mutex> lock(embed_mu_);
-  return !embed_queue_.empty();
+bool Engine::aux_waiting() const {
+  std::lock_guard<std::mutex> lock(aux_mu_);
+  return !aux_queue_.empty();
 }
 
-void Engine::fail_embeddings(const Error& e) {
-  std::deque<std::shared_ptr<EmbedJob>> jobs;
+void Engine::fail_aux(const Error& e) {
+  std::deque<std::shared_ptr<AuxJob>> jobs;
   {
-    std::lock_guard<std::mutex> lock(embed_mu_);
-    jobs.swap(embed_queue_);
+    std::lock_guard<std::mutex> lock(aux_mu_);
+    jobs.swap(aux_queue_);
   }
   for (auto& j : jobs) j->finish(e);
 }
 
-bool Engine::embed_turn() {
-  std::shared_ptr<EmbedJob> job;
+bool Engine::aux_turn() {
+  std::shared_ptr<AuxJob> job;
   {
-    std::lock_guard<std::mutex> lock(embed_mu_);
-    if (embed_queue_.empty()) return false;
-    job = embed_queue_.front();  // only this thread pops, so it stays the front
+    std::lock_guard<std::mutex> lock(aux_mu_);
+    if (aux_queue_.empty()) return false;
+    job = aux_queue_.front();  // only this thread pops, so it stays the front
   }
   auto pop = [&](std::optional<Error> error) {
     {
-      std::lock_guard<std::mutex> lock(embed_mu_);
-      embed_queue_.pop_front();
+      std::lock_guard<std::mutex> lock(aux_mu_);
+      aux_queue_.pop_front();
     }
     job->finish(std::move(error));
   };
@@ -354,11 +416,11 @@ bool Engine::embed_turn() {
     pop(make_error("cancelled"));
     return true;
   }
-  if (job->next_ >= job->inputs_.size()) {
+  if (job->next_ >= job->n_inputs()) {
     pop(std::nullopt);
     return true;
   }
-  if (!embed_ctx_) {
+  if (!aux_ctx_) {
     ContextOptions co;
     co.n_threads = opts_.model.threads;
     co.n_ctx = opts_.model.ctx;
@@ -368,19 +430,17 @@ bool Engine::embed_turn() {
     co.prefix_cache = false;
     auto ctx = Context::create(loaded_.model, co);
     if (!ctx) {
-      pop(ctx.error().with_context("cannot create the embedding context"));
+      pop(ctx.error().with_context("cannot create the auxiliary context"));
       return true;
     }
-    embed_ctx_ = std::move(*ctx);
+    aux_ctx_ = std::move(*ctx);
   }
   const size_t i = job->next_++;
-  auto v = embed(*embed_ctx_, job->inputs_[i], job->options_);
-  if (!v) {
-    pop(job->inputs_.size() > 1 ? v.error().with_context("input " + std::to_string(i)) : v.error());
+  if (auto st = job->run_input(*aux_ctx_, i); !st) {
+    pop(job->n_inputs() > 1 ? st.error().with_context("input " + std::to_string(i)) : st.error());
     return true;
   }
-  job->results_.push_back(std::move(*v));
-  if (job->next_ == job->inputs_.size()) pop(std::nullopt);
+  if (job->next_ == job->n_inputs()) pop(std::nullopt);
   return true;
 }
 

@@ -6,10 +6,8 @@
 // RequestStream, which the engine thread's callbacks fill (they only lock, append and notify).
 // The KV statistics reach other threads through the EngineSnapshot published after each step.
 //
-// Embeddings (/v1/embeddings) run on the engine thread too, between scheduler steps, one input
-// per turn, on a small Context of their own (one sequence, created on first use) over the same
-// shared Model: the scheduler's slots and KV blocks are never touched, and a long list of
-// inputs never stalls the generations for more than one input's forward pass.
+// Embeddings (/v1/embeddings) and prompt scoring (completions' echo with logprobs) run on the
+// engine thread too, as AuxJobs between scheduler steps (see AuxJob).
 #pragma once
 
 #include <atomic>
@@ -66,31 +64,80 @@ class RequestStream {
   std::vector<std::vector<Clock::time_point>> last_token_;  // [part][choice]
 };
 
-// One /v1/embeddings request between its handler and the engine thread.
-class EmbedJob {
+// Work that the engine thread runs between scheduler steps, one input per turn, on a small
+// Context of its own (one sequence, created on first use) over the shared Model: the scheduler's
+// slots and KV blocks are never touched, and a long list of inputs never stalls the generations
+// for more than one input's forward pass. A handler queues a job and waits for it.
+class AuxJob {
  public:
-  EmbedJob(std::vector<std::vector<int32_t>> inputs, const EmbedOptions& options)
-      : inputs_(std::move(inputs)), options_(options) {}
-
-  // Handler thread: waits until every input is embedded, an error, or `deadline`. true: finished
-  // (then results() or error() hold the outcome); false: timed out, and the job is cancelled.
+  virtual ~AuxJob() = default;
+  // Handler thread: waits until every input is done or failed (true), or `deadline` (false).
   bool wait_until(Clock::time_point deadline);
-  const std::vector<std::vector<float>>& results() const { return results_; }
+  // Handler thread: the engine drops the job at its next turn (the waiter gets an error).
+  void cancel() { cancelled_.store(true); }
+  // Valid once wait_until() returned true.
   const std::optional<Error>& error() const { return error_; }
+
+ protected:
+  virtual size_t n_inputs() const = 0;
+  // Engine thread: computes input `i` on `ctx`, whose sequence 0 is empty (leave it empty).
+  virtual Status run_input(Context& ctx, size_t i) = 0;
 
  private:
   friend class Engine;
   void finish(std::optional<Error> error);
 
-  const std::vector<std::vector<int32_t>> inputs_;
-  const EmbedOptions options_;
-  size_t next_ = 0;                          // engine thread: the next input to embed
-  std::vector<std::vector<float>> results_;  // written by the engine thread before done_
+  size_t next_ = 0;  // engine thread: the next input
   std::optional<Error> error_;
   std::atomic<bool> cancelled_{false};
   std::mutex mu_;
   std::condition_variable cv_;
   bool done_ = false;  // guarded by mu_
+};
+
+// One /v1/embeddings request: a pooled vector per input.
+class EmbedJob : public AuxJob {
+ public:
+  EmbedJob(std::vector<std::vector<int32_t>> inputs, const EmbedOptions& options)
+      : inputs_(std::move(inputs)), options_(options) {}
+  const std::vector<std::vector<float>>& results() const { return results_; }
+
+ protected:
+  size_t n_inputs() const override { return inputs_.size(); }
+  Status run_input(Context& ctx, size_t i) override;
+
+ private:
+  const std::vector<std::vector<int32_t>> inputs_;
+  const EmbedOptions options_;
+  std::vector<std::vector<float>> results_;  // written by the engine thread before finishing
+};
+
+// What the model thought of one prompt position: the logprob of the token there given the
+// tokens before it, and the most likely tokens at that position (most likely first, ties by
+// lower id). Position 0 has nothing before it: NaN and no candidates.
+struct PositionLogprobs {
+  float logprob = 0.f;
+  std::vector<TokenLogprob> top;
+};
+
+// Prompt logprobs for /v1/completions `echo` with `logprobs`: every position of every prompt,
+// from the model's own distribution (log-softmax of the logits at temperature 1, before any
+// penalty, bias or truncation: what the sampler reports for generated tokens with default
+// sampling). Costs one extra prefill of each prompt on the engine's auxiliary context.
+class ScoreJob : public AuxJob {
+ public:
+  ScoreJob(std::vector<std::vector<int32_t>> prompts, int32_t n_top) : prompts_(std::move(prompts)), n_top_(n_top) {}
+  // [prompt][position], one entry per prompt token.
+  const std::vector<std::vector<PositionLogprobs>>& results() const { return results_; }
+
+ protected:
+  size_t n_inputs() const override { return prompts_.size(); }
+  Status run_input(Context& ctx, size_t i) override;
+
+ private:
+  const std::vector<std::vector<int32_t>> prompts_;
+  const int32_t n_top_;
+  std::vector<std::vector<PositionLogprobs>> results_;
 };
 
 struct EngineOptions {
@@ -131,8 +178,8 @@ class Engine {
                                        std::shared_ptr<RequestStream> stream);
   void cancel(const std::vector<uint64_t>& ids);
   void cancel_all();
-  // Queues an embedding job (kBusy when --max-queue jobs already wait). Thread-safe.
-  Status submit_embeddings(std::shared_ptr<EmbedJob> job);
+  // Queues an auxiliary job (kBusy when --max-queue jobs already wait). Thread-safe.
+  Status submit_aux(std::shared_ptr<AuxJob> job);
   // Requests submitted and not yet done (generations and embedding jobs).
   size_t active() const;
 
@@ -142,10 +189,10 @@ class Engine {
   void thread_main();
   Status load_and_warm_up();
   void publish();
-  // Embeds one input of the oldest embedding job; false when there was none.
-  bool embed_turn();
-  bool embeddings_waiting() const;
-  void fail_embeddings(const Error& e);
+  // Runs one input of the oldest auxiliary job; false when there was none.
+  bool aux_turn();
+  bool aux_waiting() const;
+  void fail_aux(const Error& e);
 
   EngineOptions opts_;
   Metrics* metrics_;
@@ -163,9 +210,9 @@ class Engine {
   EngineSnapshot snapshot_;
   std::set<uint64_t> active_;
 
-  mutable std::mutex embed_mu_;  // guards embed_queue_
-  std::deque<std::shared_ptr<EmbedJob>> embed_queue_;
-  std::unique_ptr<Context> embed_ctx_;  // engine thread only; created on the first job
+  mutable std::mutex aux_mu_;  // guards aux_queue_
+  std::deque<std::shared_ptr<AuxJob>> aux_queue_;
+  std::unique_ptr<Context> aux_ctx_;  // engine thread only; created on the first job
 };
 
 }  // namespace kite::tools::server

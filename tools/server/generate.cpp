@@ -1,5 +1,6 @@
 // POST /v1/chat/completions and /v1/completions: parse, submit to the engine, then either
 // collect the whole answer or stream it as Server-Sent Events.
+#include <algorithm>
 #include <ctime>
 
 #include "tools/server/http.h"
@@ -36,8 +37,11 @@ struct Job {
   int64_t created = 0;
   Clock::time_point deadline;
   bool cancelled = false;
+  std::optional<ClientConnection> client;  // set by the handler: noticing a client that left
   Clock::time_point last_write = Clock::now();
   std::vector<Choice> choices;
+  std::shared_ptr<ScoreJob> score;  // completions with echo and logprobs: the prompts' logprobs
+  bool score_timed_out = false;
   size_t prefix_bytes(size_t choice) const {
     return req.echo ? req.prompt_texts[choice / static_cast<size_t>(req.gen.n)].size() : 0;
   }
@@ -79,8 +83,59 @@ struct Job {
   void check_deadline() {
     if (!cancelled && Clock::now() > deadline) {
       hc->engine->cancel(ids);
+      if (score && !score->wait_until(Clock::now())) {
+        score->cancel();
+        score_timed_out = true;
+      }
       cancelled = true;
     }
+  }
+
+  // Waits up to `wait` for the prompts' logprobs; true when they are there (or not asked for).
+  bool score_ready(std::chrono::milliseconds wait) const { return !score || score->wait_until(Clock::now() + wait); }
+  // Once score_ready(): the error that stopped the scoring, if any.
+  std::optional<ApiError> score_error() const {
+    if (!score || !score->error()) return std::nullopt;
+    if (score_timed_out)
+      return ApiError{503, "the request took longer than the server's timeout", "server_unavailable_error", "",
+                      "timeout"};
+    return engine_error(*score->error(), "prompt");
+  }
+
+  // Completions with echo and logprobs: the echoed prompt's tokens with their logprobs (null for
+  // a first token, which nothing precedes), top candidates and offsets, ahead of the generated ones.
+  OJson prompt_logprobs(size_t part) const {
+    const Tokenizer& tok = hc->engine->tokenizer();
+    const std::vector<int32_t>& ids = req.prompts[part];
+    const std::vector<PositionLogprobs>& scored = score->results()[part];
+    const int64_t text_bytes = static_cast<int64_t>(req.prompt_texts[part].size());
+    OJson tokens = OJson::array(), logprobs = OJson::array(), tops = OJson::array(), offsets = OJson::array();
+    int64_t off = 0;
+    for (size_t i = req.echo_begin[part]; i < req.echo_end[part]; ++i) {
+      const std::string t = tok.token_bytes(ids[i]);
+      tokens.push_back(t);
+      offsets.push_back(std::min(off, text_bytes));
+      off += static_cast<int64_t>(t.size());
+      if (i == 0) {
+        logprobs.push_back(nullptr);
+        tops.push_back(nullptr);
+        continue;
+      }
+      logprobs.push_back(scored[i].logprob);
+      OJson top = OJson::object();
+      for (const TokenLogprob& c : scored[i].top) top[tok.token_bytes(c.token)] = c.logprob;
+      tops.push_back(top);
+    }
+    return {{"tokens", tokens}, {"token_logprobs", logprobs}, {"top_logprobs", tops}, {"text_offset", offsets}};
+  }
+
+  // The client closed its connection: nobody will read the answer, so the generation stops and
+  // its KV blocks go back to the pool.
+  bool client_gone() const { return client && !client->alive(); }
+  void abandon() {
+    hc->engine->cancel(ids);
+    if (score) score->cancel();
+    hc->metrics->count_cancelled();
   }
 
   OJson usage_json() const {
@@ -121,8 +176,18 @@ void respond_whole(std::shared_ptr<Job> job, httplib::Response& res) {
     evs.clear();
     const bool done = job->stream->drain(&evs, std::chrono::milliseconds(100));
     for (const auto& e : evs) job->apply(e, nullptr);
-    if (done) break;
+    if (done && job->score_ready(std::chrono::milliseconds(100))) break;
+    if (job->client_gone()) {
+      job->abandon();
+      send_error(res, ApiError{kClientClosedRequest, "the client closed the connection", "invalid_request_error", "",
+                               "client_closed_request"});
+      return;
+    }
     job->check_deadline();
+  }
+  if (auto e = job->score_error()) {
+    send_error(res, *e);
+    return;
   }
   for (const Choice& ch : job->choices)
     if (!ch.error.empty()) {
@@ -149,9 +214,16 @@ void respond_whole(std::shared_ptr<Job> job, httplib::Response& res) {
       const std::string text =
           (job->req.echo ? job->req.prompt_texts[i / static_cast<size_t>(job->req.gen.n)] : std::string()) + ch.text;
       OJson lp;
-      if (job->req.logprobs >= 0)
+      if (job->req.logprobs >= 0) {
         lp = {{"tokens", ch.tokens}, {"token_logprobs", ch.token_logprobs}, {"top_logprobs", ch.top_logprobs},
               {"text_offset", ch.text_offset}};
+        if (job->score) {  // the echoed prompt's entries come first
+          OJson all = job->prompt_logprobs(i / static_cast<size_t>(job->req.gen.n));
+          for (auto it = all.begin(); it != all.end(); ++it)
+            for (const auto& v : lp[it.key()]) it.value().push_back(v);
+          lp = std::move(all);
+        }
+      }
       choices.push_back({{"index", i}, {"text", text}, {"logprobs", lp}, {"finish_reason", reason}});
     }
   }
@@ -167,8 +239,20 @@ bool write_event(httplib::DataSink& sink, const std::string& data) {
 
 // One provider call: waits briefly for events and writes them as chunks. false: the client is gone.
 bool stream_step(Job& job, httplib::DataSink& sink) {
+  if (job.client_gone()) return false;  // noticed without waiting for a failed write
   std::vector<PartEvent> evs;
-  const bool done = job.stream->drain(&evs, std::chrono::milliseconds(200));
+  bool done = false;
+  // The echo chunk carries the prompt's logprobs: events wait in the stream until they are there.
+  if (job.score_ready(std::chrono::milliseconds(200))) {
+    if (auto e = job.score_error()) {
+      job.hc->engine->cancel(job.ids);
+      OJson err = {{"error", {{"message", e->message}, {"type", e->type}, {"code", e->code}}}};
+      if (!write_event(sink, dump(err)) || !write_event(sink, "[DONE]")) return false;
+      sink.done();
+      return true;
+    }
+    done = job.stream->drain(&evs, std::chrono::milliseconds(200));
+  }
   const bool chat = job.req.endpoint == Endpoint::kChat;
   for (const auto& pe : evs) {
     OJson lp;
@@ -191,7 +275,9 @@ bool stream_step(Job& job, httplib::DataSink& sink) {
     if (!ch.started) {
       ch.started = true;
       if (chat) chunk(OJson{{"role", "assistant"}, {"content", ""}}, nullptr, nullptr);
-      else if (job.req.echo) chunk(job.req.prompt_texts[c / static_cast<size_t>(job.req.gen.n)], nullptr, nullptr);
+      else if (job.req.echo)
+        chunk(job.req.prompt_texts[c / static_cast<size_t>(job.req.gen.n)], nullptr,
+              job.score ? job.prompt_logprobs(c / static_cast<size_t>(job.req.gen.n)) : OJson());
     }
     if (!hold && (!e.text.empty() || !lp.is_null())) {
       if (chat) chunk(OJson{{"content", e.text}}, nullptr, lp);
@@ -245,6 +331,23 @@ bool stream_step(Job& job, httplib::DataSink& sink) {
   return true;
 }
 
+// max_tokens 0 with echo: nothing is generated; each choice ends at once with "length" (as a
+// request cut short by max_tokens does), through the same stream a generation would fill.
+void echo_only(Job& job) {
+  for (size_t part = 0; part < job.req.prompts.size(); ++part) {
+    for (int32_t c = 0; c < job.req.gen.n; ++c) {
+      StreamEvent e;
+      e.choice = c;
+      e.finished = true;
+      e.reason = FinishReason::kLength;
+      job.stream->on_event(static_cast<int32_t>(part), e);
+    }
+    Usage u;
+    u.prompt_tokens = static_cast<int64_t>(job.req.prompts[part].size());
+    job.stream->on_done(static_cast<int32_t>(part), u);
+  }
+}
+
 }  // namespace
 
 void handle_generate(const HandlerContext& hc, Endpoint endpoint, const httplib::Request& req, httplib::Response& res) {
@@ -266,17 +369,41 @@ void handle_generate(const HandlerContext& hc, Endpoint endpoint, const httplib:
   const size_t n_parts = job->req.prompts.size();
   job->stream = std::make_shared<RequestStream>(static_cast<int32_t>(n_parts), hc.metrics);
   job->choices.resize(n_parts * static_cast<size_t>(job->req.gen.n));
-  auto ids = engine.submit(job->req.prompts, job->req.gen, job->stream);
-  if (!ids) {
-    send_error(res, engine_error(ids.error(), endpoint == Endpoint::kChat ? "messages" : "prompt"));
-    return;
+  if (job->req.score_only) {
+    // Nothing goes through the scheduler, whose admission would refuse an over-long prompt: the
+    // same answer here, before any part of a streamed response is sent.
+    for (size_t i = 0; i < n_parts; ++i)
+      if (static_cast<int64_t>(job->req.prompts[i].size()) > engine.n_ctx()) {
+        ApiError e{400,
+                   "prompt " + std::to_string(i) + " has " + std::to_string(job->req.prompts[i].size()) +
+                       " tokens, more than the context's " + std::to_string(engine.n_ctx()),
+                   "invalid_request_error", "prompt", "context_length_exceeded"};
+        send_error(res, e);
+        return;
+      }
+    echo_only(*job);
+  } else {
+    auto ids = engine.submit(job->req.prompts, job->req.gen, job->stream);
+    if (!ids) {
+      send_error(res, engine_error(ids.error(), endpoint == Endpoint::kChat ? "messages" : "prompt"));
+      return;
+    }
+    job->ids = std::move(*ids);
   }
-  job->ids = std::move(*ids);
+  if (job->req.echo && job->req.logprobs >= 0) {
+    job->score = std::make_shared<ScoreJob>(job->req.prompts, job->req.logprobs);
+    if (auto st = engine.submit_aux(job->score); !st) {
+      engine.cancel(job->ids);
+      send_error(res, engine_error(st.error(), "prompt"));
+      return;
+    }
+  }
   job->id = std::string(endpoint == Endpoint::kChat ? "chatcmpl-" : "cmpl-") + res.get_header_value("X-Request-Id");
   job->model = engine.model_id();
   job->fingerprint = engine.fingerprint();
   job->created = static_cast<int64_t>(std::time(nullptr));
   job->deadline = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(hc.timeout_s * 1000));
+  job->client.emplace(req);
   if (!job->req.stream) {
     respond_whole(job, res);
     return;
@@ -287,8 +414,7 @@ void handle_generate(const HandlerContext& hc, Endpoint endpoint, const httplib:
       "text/event-stream",
       [job](size_t, httplib::DataSink& sink) {
         if (stream_step(*job, sink)) return true;
-        job->hc->engine->cancel(job->ids);  // the client went away: free its KV blocks
-        job->hc->metrics->count_cancelled();
+        job->abandon();  // the client went away: free its KV blocks
         return false;
       },
       [job](bool success) {

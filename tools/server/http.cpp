@@ -1,9 +1,15 @@
 // Routes, authentication, request ids, error bodies and the per-request log line.
 #include "tools/server/http.h"
 
+#include <dirent.h>
+#include <netdb.h>
+#include <poll.h>
 #include <sys/socket.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <random>
 
@@ -71,12 +77,111 @@ Json parse_json_body(const httplib::Request& req, std::optional<ApiError>* err) 
   }
 }
 
+// The numeric host and the port of a socket address, as httplib writes them into a Request.
+bool address_of(const sockaddr_storage& addr, socklen_t len, std::string* host, int* port) {
+  char h[NI_MAXHOST], p[NI_MAXSERV];
+  if (::getnameinfo(reinterpret_cast<const sockaddr*>(&addr), len, h, sizeof h, p, sizeof p,
+                    NI_NUMERICHOST | NI_NUMERICSERV) != 0)
+    return false;
+  *host = h;
+  *port = std::atoi(p);
+  return true;
+}
+
+// The connected socket whose local and remote ends are the request's; -1 when none is.
+int find_request_socket(const httplib::Request& req) {
+  if (req.remote_port <= 0 || req.local_port <= 0) return -1;
+  DIR* dir = ::opendir("/dev/fd");  // Linux: /proc/self/fd; the BSDs and macOS have it too
+  if (!dir) return -1;
+  int found = -1;
+  while (const dirent* e = ::readdir(dir)) {
+    char* end = nullptr;
+    const long fd = std::strtol(e->d_name, &end, 10);
+    if (end == e->d_name || *end != '\0' || fd == ::dirfd(dir)) continue;
+    sockaddr_storage local{}, peer{};
+    socklen_t local_len = sizeof local, peer_len = sizeof peer;
+    if (::getsockname(static_cast<int>(fd), reinterpret_cast<sockaddr*>(&local), &local_len) != 0) continue;
+    if (::getpeername(static_cast<int>(fd), reinterpret_cast<sockaddr*>(&peer), &peer_len) != 0) continue;
+    std::string local_host, peer_host;
+    int local_port = 0, peer_port = 0;
+    if (!address_of(local, local_len, &local_host, &local_port) || !address_of(peer, peer_len, &peer_host, &peer_port))
+      continue;
+    if (local_port == req.local_port && peer_port == req.remote_port && peer_host == req.remote_addr &&
+        local_host == req.local_addr) {
+      found = static_cast<int>(fd);
+      break;
+    }
+  }
+  ::closedir(dir);
+  return found;
+}
+
+// The POST routes read their bodies themselves: httplib's own reading answers an
+// application/x-www-form-urlencoded body over 8 KB with a misleading 413 (curl -d sends that type
+// unless told otherwise), and this API reads every body as JSON whatever its declared type.
+// --max-body still applies (httplib's reader refuses a longer body with 413).
+httplib::Server::HandlerWithContentReader with_body(httplib::Server::Handler handler) {
+  return [handler](const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader) {
+    if (req.is_multipart_form_data()) {  // httplib would parse it as form fields
+      send_error(res, make_api_error(400, "the request body must be JSON, not multipart/form-data"));
+      return;
+    }
+    httplib::Request with_body = req;
+    const bool read = reader([&](const char* data, size_t n) {
+      with_body.body.append(data, n);
+      return true;
+    });
+    if (!read) {
+      if (res.status < 400) res.status = 400;  // 413 set by the reader for a body over the limit
+      return;                                  // the error handler writes the body
+    }
+    handler(with_body, res);
+  };
+}
+
 }  // namespace
+
+ClientConnection::ClientConnection(const httplib::Request& req) : fd_(find_request_socket(req)) {}
+
+bool ClientConnection::alive() const {
+  if (fd_ < 0) return true;
+#ifdef POLLRDHUP
+  // Linux: the peer's FIN shows as POLLRDHUP even when unread bytes (a pipelined request, a TLS
+  // close_notify) sit before it.
+  pollfd p{fd_, POLLRDHUP, 0};
+  if (::poll(&p, 1, 0) < 0) return true;
+  return (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) == 0;
+#else
+  char c;
+  const ssize_t n = ::recv(fd_, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+  return n != 0 && !(n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+#endif
+}
 
 void send_error(httplib::Response& res, const ApiError& e) {
   res.status = e.status;
   if (e.status == 429 || e.status == 503) res.set_header("Retry-After", "1");
   res.set_content(error_body(e), "application/json");
+}
+
+std::optional<ApiError> wait_for_aux(AuxJob& job, Clock::time_point deadline, const ClientConnection& client,
+                                     Metrics* metrics) {
+  for (;;) {
+    const auto slice = std::min(deadline, Clock::now() + std::chrono::milliseconds(100));
+    if (job.wait_until(slice)) return std::nullopt;
+    if (!client.alive()) {
+      job.cancel();
+      metrics->count_cancelled();
+      return ApiError{kClientClosedRequest, "the client closed the connection", "invalid_request_error", "",
+                      "client_closed_request"};
+    }
+    if (Clock::now() >= deadline) {
+      job.cancel();
+      metrics->count_cancelled();
+      return ApiError{503, "the request took longer than the server's timeout", "server_unavailable_error", "",
+                      "timeout"};
+    }
+  }
 }
 
 bool begin_model_request(const HandlerContext& hc, const httplib::Request& req, httplib::Response& res, Json* body) {
@@ -212,17 +317,17 @@ void HttpServer::add_routes() {
   s.Get("/metrics", simple);
   s.Get("/v1/models", simple);
   s.Get(R"(/v1/models/(.+))", simple);
-  s.Post("/tokenize", simple);
-  s.Post("/detokenize", simple);
-  s.Post("/v1/embeddings", [this](const httplib::Request& req, httplib::Response& res) {
+  s.Post("/tokenize", with_body(simple));
+  s.Post("/detokenize", with_body(simple));
+  s.Post("/v1/embeddings", with_body([this](const httplib::Request& req, httplib::Response& res) {
     handle_embeddings(hc_, req, res);
-  });
-  s.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
+  }));
+  s.Post("/v1/chat/completions", with_body([this](const httplib::Request& req, httplib::Response& res) {
     handle_generate(hc_, Endpoint::kChat, req, res);
-  });
-  s.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
+  }));
+  s.Post("/v1/completions", with_body([this](const httplib::Request& req, httplib::Response& res) {
     handle_generate(hc_, Endpoint::kCompletions, req, res);
-  });
+  }));
 }
 
 void HttpServer::handle_simple(const httplib::Request& req, httplib::Response& res) {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -27,8 +28,28 @@ struct ServerOptions {
   std::string ssl_cert, ssl_key; // both set: HTTPS
 };
 
+// The status logged for a request whose client left before its answer (nginx's convention).
+constexpr int kClientClosedRequest = 499;
+
 // Writes an OpenAI error body with its status (and Retry-After for 429/503).
 void send_error(httplib::Response& res, const ApiError& e);
+
+// The socket a request came on, so that a handler waiting for a long generation notices a client
+// that went away without writing anything (httplib 0.11 hands a handler no socket, and a sink's
+// is_writable() only asks whether a write would block). Found once per request by matching the
+// request's local and remote address among the process's sockets; the socket stays open while the
+// handler runs, since httplib closes it only after the handler returned.
+class ClientConnection {
+ public:
+  explicit ClientConnection(const httplib::Request& req);
+  // False once the client closed or reset its side of the connection. True when its socket
+  // could not be found (then nothing is known, and only failed writes reveal a disconnect).
+  bool alive() const;
+  bool found() const { return fd_ >= 0; }
+
+ private:
+  int fd_ = -1;
+};
 
 // What the generation handlers need.
 struct HandlerContext {
@@ -41,6 +62,11 @@ struct HandlerContext {
 // The common start of the POST handlers that need the model: 503 while shutting down or
 // loading, 400 when the body is not JSON. False once the error is sent; else `body` is parsed.
 bool begin_model_request(const HandlerContext& hc, const httplib::Request& req, httplib::Response& res, Json* body);
+
+// Waits for an auxiliary job until it is done, `deadline` (503 timeout) or the client leaves
+// (499): the job is then cancelled and counted as such. nullopt: finished (maybe with an error).
+std::optional<ApiError> wait_for_aux(AuxJob& job, Clock::time_point deadline, const ClientConnection& client,
+                                     Metrics* metrics);
 
 // POST /v1/chat/completions and /v1/completions (generate.cpp).
 void handle_generate(const HandlerContext& hc, Endpoint endpoint, const httplib::Request& req,

@@ -51,8 +51,13 @@ struct ParsedRequest {
   bool include_usage = false;
   std::vector<std::vector<int32_t>> prompts;  // one per prompt (chat: exactly one)
   std::vector<std::string> prompt_texts;      // for echo
+  // For echo with logprobs: prompts[i][echo_begin[i], echo_end[i]) are the tokens of
+  // prompt_texts[i] (a BOS or EOS that the tokenizer added is not part of the echoed text).
+  std::vector<size_t> echo_begin, echo_end;
   GenerationParams gen;
   bool echo = false;
+  // Completions with echo and max_tokens 0: the prompt is echoed (and scored), nothing generated.
+  bool score_only = false;
   int32_t logprobs = -1;                      // top logprobs per token to report; -1: no logprobs
   std::vector<std::string> tool_names;        // tools offered (tool calls are parsed from the output)
   bool parse_tools = false;

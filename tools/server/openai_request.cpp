@@ -170,7 +170,10 @@ std::optional<ApiError> parse_response_format(const Json& body, GenerationParams
 }
 
 // Sampling fields shared by both endpoints.
-std::optional<ApiError> parse_sampling(const Json& body, const ModelInfo& info, GenerationParams* gen) {
+// `allow_zero_tokens`: max_tokens 0 is accepted (completions with echo: only the prompt comes
+// back, scored); *zero_tokens says whether it was asked for.
+std::optional<ApiError> parse_sampling(const Json& body, const ModelInfo& info, bool allow_zero_tokens,
+                                       GenerationParams* gen, bool* zero_tokens) {
   SamplerParams& sp = gen->sampling;
   // OpenAI's defaults: temperature 1, no truncation.
   sp.temperature = 1.0f;
@@ -197,8 +200,9 @@ std::optional<ApiError> parse_sampling(const Json& body, const ModelInfo& info, 
   // max_completion_tokens wins over the older max_tokens.
   for (const char* name : {"max_tokens", "max_completion_tokens"}) {
     if (!field(body, name)) continue;
-    KITE_API_TRY(get_int(body, name, 1, info.n_ctx, &v));
+    KITE_API_TRY(get_int(body, name, allow_zero_tokens ? 0 : 1, info.n_ctx, &v));
     gen->max_tokens = static_cast<int32_t>(v);
+    *zero_tokens = v == 0;
   }
   KITE_API_TRY(get_int(body, "n", 1, info.max_n, &v));
   if (field(body, "n")) gen->n = static_cast<int32_t>(v);
@@ -364,12 +368,23 @@ std::optional<ApiError> parse_prompts(const Json& body, const Tokenizer& tok, Pa
       ids.push_back(static_cast<int32_t>(id));
     }
     out->prompt_texts.push_back(tok.decode(ids));
+    out->echo_begin.push_back(0);
+    out->echo_end.push_back(ids.size());
     out->prompts.push_back(std::move(ids));
     return std::nullopt;
   };
+  auto add_text = [&](const std::string& text) {
+    out->prompt_texts.push_back(text);
+    out->prompts.push_back(tok.encode(text, eo));
+    const auto& ids = out->prompts.back();
+    size_t begin = 0, end = ids.size();
+    if (tok.add_bos() && end > 0 && ids.front() == tok.bos()) ++begin;
+    if (tok.add_eos() && end > begin && ids.back() == tok.eos()) --end;
+    out->echo_begin.push_back(begin);
+    out->echo_end.push_back(end);
+  };
   if (v->is_string()) {
-    out->prompt_texts.push_back(v->get<std::string>());
-    out->prompts.push_back(tok.encode(v->get<std::string>(), eo));
+    add_text(v->get<std::string>());
   } else if (v->is_array() && !v->empty() && v->front().is_number()) {
     KITE_API_TRY(add_tokens(*v, "prompt"));
   } else if (v->is_array() && !v->empty()) {
@@ -378,8 +393,7 @@ std::optional<ApiError> parse_prompts(const Json& body, const Tokenizer& tok, Pa
       const Json& p = (*v)[i];
       const std::string where = "prompt[" + std::to_string(i) + "]";
       if (p.is_string()) {
-        out->prompt_texts.push_back(p.get<std::string>());
-        out->prompts.push_back(tok.encode(p.get<std::string>(), eo));
+        add_text(p.get<std::string>());
       } else if (p.is_array()) {
         KITE_API_TRY(add_tokens(p, where));
       } else {
@@ -508,10 +522,19 @@ std::optional<ApiError> parse_request(const Json& body, Endpoint endpoint, const
     KITE_API_TRY(get_bool(*so, "include_usage", &out->include_usage));
   }
   out->gen.max_tokens = 0;  // default: until end of generation or the context is full
-  KITE_API_TRY(parse_sampling(body, info, &out->gen));
+  if (endpoint == Endpoint::kCompletions) KITE_API_TRY(get_bool(body, "echo", &out->echo));
+  KITE_API_TRY(parse_sampling(body, info, out->echo, &out->gen, &out->score_only));
   const Tokenizer& tok = *info.tokenizer;
   if (endpoint == Endpoint::kCompletions) {
-    KITE_API_TRY(get_bool(body, "echo", &out->echo));
+    // Fields whose meaning kite does not implement are refused rather than silently ignored.
+    if (const Json* sfx = field(body, "suffix");
+        sfx && !(sfx->is_string() && sfx->get_ref<const std::string&>().empty()))
+      return bad("suffix", "'suffix' (text after the completion, fill-in-the-middle) is not supported");
+    int64_t best_of = out->gen.n;
+    KITE_API_TRY(get_int(body, "best_of", 1, info.max_n, &best_of));
+    if (best_of != out->gen.n)
+      return bad("best_of", "'best_of' must equal 'n' (" + std::to_string(out->gen.n) +
+                                "): kite returns every completion it generates, got " + std::to_string(best_of));
     int64_t lp = 0;
     KITE_API_TRY(get_int(body, "logprobs", 0, kMaxLogprobsCompletions, &lp));
     if (field(body, "logprobs")) out->logprobs = static_cast<int32_t>(lp);
