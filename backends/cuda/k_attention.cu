@@ -14,6 +14,7 @@
 
 #include "backends/cuda/kernels.h"
 #include "backends/cuda/quant.cuh"
+#include "backends/cuda/warp.cuh"
 
 namespace kite::cuda {
 namespace {
@@ -24,18 +25,6 @@ constexpr int kTile = 64;       // keys scored per pass
 constexpr int kThreads = 128;
 constexpr int kMaxGroup = 16;
 constexpr int kMaxHd = 256;
-
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-
-__device__ __forceinline__ float warp_max(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
-}
 
 // Element d of a K/V head slice of type `type` (F32, F16, BF16 or Q8_0).
 __device__ __forceinline__ float kv_elem(int type, const uint8_t* row, int d) {

@@ -6,6 +6,7 @@
 
 #include "backends/cuda/kernels.h"
 #include "backends/cuda/quant.cuh"
+#include "backends/cuda/warp.cuh"
 
 namespace kite::cuda {
 namespace {
@@ -45,18 +46,6 @@ __global__ void scale_kernel(Rows dst, Rows a, float s, int64_t ne0, int64_t n) 
     const int64_t r = idx / ne0, i = idx % ne0;
     reinterpret_cast<float*>(row_ptr(dst, r))[i] = reinterpret_cast<const float*>(row_ptr(a, r))[i] * s;
   }
-}
-
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-
-__device__ __forceinline__ float warp_max(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
 }
 
 // One block per row: sum of squares in f32, then x * s (* w).

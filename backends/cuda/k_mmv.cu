@@ -4,6 +4,7 @@
 
 #include "backends/cuda/kernels.h"
 #include "backends/cuda/quant.cuh"
+#include "backends/cuda/warp.cuh"
 
 namespace kite::cuda {
 namespace {
@@ -13,18 +14,6 @@ constexpr int kThreads = 256;
 unsigned grid_for(int64_t n) {
   const int64_t b = (n + kThreads - 1) / kThreads;
   return static_cast<unsigned>(b < 1 ? 1 : (b > 1048576 ? 1048576 : b));
-}
-
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-
-__device__ __forceinline__ int warp_sum_i(int v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
 }
 
 // One warp per 32-element block of a column: d = amax / 127, q = round(x / d), and the scaled

@@ -7,6 +7,7 @@
 
 #include "backends/cuda/kernels.h"
 #include "backends/cuda/quant.cuh"
+#include "backends/cuda/warp.cuh"
 
 namespace kite::cuda {
 
@@ -44,9 +45,7 @@ __global__ void __launch_bounds__(kMmvqWarps * 32)
   }
 #pragma unroll
   for (int c = 0; c < NC; ++c) {
-    float v = acc[c];
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    const float v = warp_sum(acc[c]);
     if (lane == 0) dst[c * ldd + row] = v;
   }
 }
