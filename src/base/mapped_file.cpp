@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 
 namespace kite {
@@ -37,6 +38,18 @@ Result<std::shared_ptr<const MappedFile>> MappedFile::open(const std::string& pa
   }
   ::close(fd);  // the mapping keeps the file alive
   return std::shared_ptr<const MappedFile>(std::move(file));
+}
+
+void populate_mapping(const void* p, size_t bytes) {
+#ifdef MADV_POPULATE_READ
+  if (p == nullptr || bytes == 0) return;
+  static const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(p) & ~(page - 1);
+  const uintptr_t end = reinterpret_cast<uintptr_t>(p) + bytes;
+  ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_POPULATE_READ);
+#else
+  (void)p, (void)bytes;
+#endif
 }
 
 MappedFile::~MappedFile() {

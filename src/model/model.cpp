@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "src/base/half.h"
+#include "src/base/mapped_file.h"
 
 namespace kite {
 
@@ -114,6 +115,18 @@ Status Model::load_weights(const LoadOptions& opts) {
     KITE_TRY(expect(l.w_gate, hp.n_embd, hp.n_ff));
     KITE_TRY(expect(l.w_up, hp.n_embd, hp.n_ff));
     KITE_TRY(expect(l.w_down, hp.n_ff, hp.n_embd));
+  }
+  // The first forward pass reads every weight: read them in now, in address (file) order and
+  // in large reads.
+  std::vector<std::pair<const uint8_t*, size_t>> spans;
+  for (const auto& t : tensors_) spans.emplace_back(static_cast<const uint8_t*>(t->data), t->nbytes());
+  std::sort(spans.begin(), spans.end());
+  for (size_t i = 0; i < spans.size();) {
+    const uint8_t* begin = spans[i].first;
+    const uint8_t* end = begin + spans[i].second;
+    for (++i; i < spans.size() && spans[i].first <= end + (size_t{1} << 20); ++i)
+      end = std::max(end, spans[i].first + spans[i].second);
+    populate_mapping(begin, static_cast<size_t>(end - begin));
   }
   // Everything is prepared: the last report is always done == total.
   if (opts.progress && load_done_ < load_total_ && !opts.progress(load_total_, load_total_))
