@@ -912,5 +912,39 @@ TEST_CASE("ops: wide 16-row prefill tiles match the 8-row tiles") {
     check_mul_mat(t, quant::find_traits(t)->block_size == 256 ? 512 : 288, 37, 43, 1, false, seed++);
 }
 
+TEST_CASE("ops: rope with frequency factors (llama.cpp's rope_freqs), which replace the llama3 formula") {
+  const int64_t hd = 64, nh = 2, nt = 3;
+  const std::vector<float> x = randn(static_cast<size_t>(hd * nh * nt), 31);
+  const std::vector<int32_t> pos = {0, 7, 4000};
+  std::vector<float> ff(static_cast<size_t>(hd / 2));
+  for (size_t i = 0; i < ff.size(); ++i) ff[i] = 1.f + 7.f * static_cast<float>(i) / static_cast<float>(ff.size());
+  for (RopeScaling scaling : {RopeScaling::kNone, RopeScaling::kLlama3}) {
+    RopeParams p;
+    p.mode = RopeMode::kNorm;
+    p.n_rot = static_cast<int32_t>(hd);
+    p.freq_base = 500000.f;
+    p.scaling = scaling;  // kLlama3 with factors: the factors alone apply
+    p.factor = 32.f;
+    p.original_ctx = 8192;
+    std::vector<double> ref(x.begin(), x.end());
+    for (int64_t t = 0; t < nt; ++t)
+      for (int64_t h = 0; h < nh; ++h)
+        for (int i = 0; i < hd / 2; ++i) {
+          const double theta = pos[t] * std::pow(500000.0, -2.0 * i / hd) / ff[static_cast<size_t>(i)];
+          const int64_t i0 = (t * nh + h) * hd + 2 * i, i1 = i0 + 1;
+          ref[i0] = x[i0] * std::cos(theta) - x[i1] * std::sin(theta);
+          ref[i1] = x[i0] * std::sin(theta) + x[i1] * std::cos(theta);
+        }
+    check_op("rope+factors", ref, 1e-9, [&](Backend& be) {
+      Graph g;
+      Tensor* tx = g.input(DType::F32, {hd, nh, nt}, "x");
+      Tensor* tp = g.input(DType::I32, {nt}, "pos");
+      Tensor* tf = g.input(DType::F32, {hd / 2}, "freq_factors");
+      Tensor* y = g.rope(tx, tp, p, tf);
+      return run_graph(be, g, y, {{tx, bytes_of(x)}, {tp, bytes_of_i32(pos)}, {tf, bytes_of(ff)}});
+    });
+  }
+}
+
 }  // namespace
 }  // namespace kite

@@ -97,7 +97,15 @@ void op_rope(Tensor* dst, const KernelCtx& c) {
   float* cs = inv_freq + half;
   float* sn = cs + half;
   float mscale = 1.f;
-  rope_inv_freq(dst->params, n_rot, inv_freq, &mscale);
+  // Frequency factors (llama.cpp's rope_freqs tensor, how its GGUF files carry Llama 3's rope
+  // scaling) divide each pair's frequency and take the place of the llama3 formula.
+  const Tensor* ff = dst->src[2];
+  OpParams params = dst->params;
+  if (ff != nullptr && static_cast<RopeScaling>(params.i[2]) == RopeScaling::kLlama3)
+    params.i[2] = static_cast<int32_t>(RopeScaling::kNone);
+  rope_inv_freq(params, n_rot, inv_freq, &mscale);
+  if (ff != nullptr)
+    for (size_t i = 0; i < half; ++i) inv_freq[i] /= ff->host<const float>()[i];
   const int64_t hd = a->ne[0], n_head = a->ne[1];
   // Work items are (head, token) pairs in token-major order; cos/sin are computed once per token
   // of this thread's range and reused for all its heads.

@@ -105,7 +105,7 @@ __device__ double rope_inv_freq(const RopeArgs& a, int i, double* mscale) {
     }
     default: break;
   }
-  return f;
+  return a.freq_factors != nullptr ? f / static_cast<double>(a.freq_factors[i]) : f;
 }
 
 // One thread per (pair or passthrough element, head, token).

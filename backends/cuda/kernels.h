@@ -50,6 +50,7 @@ struct RopeArgs {
   int orig_ctx = 0;
   float base = 10000.f, factor = 1.f, low_freq = 1.f, high_freq = 4.f, beta_fast = 32.f, beta_slow = 1.f,
         attn_factor = 1.f;
+  const float* freq_factors = nullptr;  // F32 [n_rot / 2] divisors (replace the llama3 formula), or null
 };
 cudaError_t launch_rope(const RopeArgs& a, cudaStream_t s);
 

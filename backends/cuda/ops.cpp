@@ -175,8 +175,11 @@ Status rope(Device& dev, Tensor* n) {
   a.mode = p.i[0], a.n_rot = p.i[1], a.scaling = p.i[2], a.orig_ctx = p.i[3];
   a.base = p.f[0], a.factor = p.f[1], a.low_freq = p.f[2], a.high_freq = p.f[3];
   a.beta_fast = p.f[4], a.beta_slow = p.f[5], a.attn_factor = p.f[6];
-  // src[2] (freq_factors) is not applied: the CPU reference does not apply it either (its
-  // frequencies come from the scaling parameters); keep the two backends identical.
+  if (n->src[2] != nullptr) {  // frequency factors replace the llama3 formula (as on the CPU)
+    KITE_ASSIGN_OR_RETURN(uint8_t * fp, dev.address(n->src[2]));
+    a.freq_factors = reinterpret_cast<const float*>(fp);
+    if (a.scaling == 2) a.scaling = 0;
+  }
   KITE_LAUNCH(launch_rope(a, dev.stream()));
   return ok_status();
 }

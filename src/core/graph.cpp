@@ -92,7 +92,7 @@ Tensor* Graph::rms_norm(Tensor* a, Tensor* weight, float eps) {
 }
 
 Tensor* Graph::rope(Tensor* a, Tensor* positions, const RopeParams& p, Tensor* freq_factors) {
-  assert(freq_factors == nullptr || freq_factors->ne[0] * 2 >= p.n_rot);
+  assert(freq_factors == nullptr || (freq_factors->type == DType::F32 && freq_factors->ne[0] * 2 >= p.n_rot));
   assert(positions->type == DType::I32 && positions->n_elements() == a->ne[2]);
   assert(p.n_rot % 2 == 0 && p.n_rot <= a->ne[0]);
   Tensor* t = make_like(DType::F32, a->ne, Op::kRope, "rope");

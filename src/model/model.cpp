@@ -78,6 +78,9 @@ Status Model::load_weights(const LoadOptions& opts) {
   KITE_ASSIGN_OR_RETURN(output_, weight("output.weight", false));
   if (output_ == nullptr) output_ = tok_embd_;  // tied embeddings
   KITE_ASSIGN_OR_RETURN(rope_freqs_, weight("rope_freqs.weight", false));
+  if (rope_freqs_ != nullptr && rope_freqs_->type != DType::F32)
+    return make_error(source_->path(), ": rope_freqs.weight is ", quant::find_traits(rope_freqs_->type)->name,
+                      ", expected F32");
   if (rope_freqs_ != nullptr && rope_freqs_->ne[0] * 2 < hp.rope.n_rot)
     return make_error(source_->path(), ": rope_freqs.weight has ", rope_freqs_->ne[0], " entries, expected ",
                       hp.rope.n_rot / 2);
