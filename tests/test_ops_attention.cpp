@@ -1,0 +1,264 @@
+// Op conformance for attention over the paged KV cache: F16/F32/Q8_0 caches, GQA, scattered
+// and shared blocks, mixed decode and prefill rows, and results independent of the batch and
+// of the thread split (see test_ops.cpp for the method).
+#include "tests/ops_test_util.h"
+
+namespace kite {
+namespace {
+
+using namespace ops_test;
+
+// A continuous-batching step over a paged cache: several sequences with scattered,
+// non-monotonic block tables (the first block shared by two of them, as the prefix cache
+// leaves it), each contributing decode tokens or a prefill chunk at positions not starting at 0.
+struct PagedBatch {
+  int64_t hd, nh, nkv, bs, maxb, nslots;
+  std::vector<int32_t> table, pos, seq, slots;  // table [maxb, n_seqs]; slots: where each token's K/V goes
+  int64_t n_tok() const { return static_cast<int64_t>(pos.size()); }
+  int64_t n_seqs() const { return static_cast<int64_t>(table.size()) / maxb; }
+  int64_t slot(int64_t s, int64_t p) const { return int64_t{table[s * maxb + p / bs]} * bs + p % bs; }
+};
+
+// seqs[i] = {first position, tokens}: a prefill chunk (or one decode token) of sequence i.
+PagedBatch make_batch(int64_t hd, int64_t nh, int64_t nkv, const std::vector<std::pair<int, int>>& seqs,
+                      uint32_t seed) {
+  PagedBatch b{hd, nh, nkv, 16, 0, 0, {}, {}, {}, {}};
+  int64_t nblocks = 0;
+  for (auto [p0, n] : seqs) {
+    b.maxb = std::max<int64_t>(b.maxb, (p0 + n + b.bs - 1) / b.bs);
+    nblocks += (p0 + n + b.bs - 1) / b.bs;
+  }
+  nblocks += 3;  // a few blocks nobody uses
+  std::vector<int32_t> phys(static_cast<size_t>(nblocks));
+  for (size_t i = 0; i < phys.size(); ++i) phys[i] = static_cast<int32_t>(i);
+  std::shuffle(phys.begin(), phys.end(), std::mt19937(seed));
+  b.table.assign(static_cast<size_t>(b.maxb * static_cast<int64_t>(seqs.size())), -1);
+  size_t next = 0;
+  for (size_t s = 0; s < seqs.size(); ++s) {
+    const int64_t need = (seqs[s].first + seqs[s].second + b.bs - 1) / b.bs;
+    for (int64_t k = 0; k < need; ++k) b.table[s * b.maxb + k] = phys[next++];
+  }
+  // Sequences 1 and 2 share their first block (a cached prefix; neither writes into it).
+  if (seqs.size() >= 3 && seqs[1].first >= b.bs && seqs[2].first >= b.bs) b.table[2 * b.maxb] = b.table[b.maxb];
+  b.nslots = nblocks * b.bs;
+  for (size_t s = 0; s < seqs.size(); ++s)
+    for (int i = 0; i < seqs[s].second; ++i) {
+      b.pos.push_back(seqs[s].first + i);
+      b.seq.push_back(static_cast<int32_t>(s));
+      b.slots.push_back(static_cast<int32_t>(b.slot(static_cast<int64_t>(s), seqs[s].first + i)));
+    }
+  return b;
+}
+
+// Double-precision attention of q over the decoded caches kd/vd ([hd * nkv] per slot).
+std::vector<double> attention_ref(const PagedBatch& b, const std::vector<float>& q, const std::vector<float>& kd,
+                                  const std::vector<float>& vd, double scale) {
+  const int64_t hd = b.hd, nh = b.nh, nkv = b.nkv;
+  std::vector<double> ref(static_cast<size_t>(hd * nh * b.n_tok()));
+  for (int64_t ti = 0; ti < b.n_tok(); ++ti)
+    for (int64_t h = 0; h < nh; ++h) {
+      const int64_t kvh = h / (nh / nkv);
+      std::vector<double> s;
+      for (int64_t j = 0; j <= b.pos[ti]; ++j) {
+        const int64_t slot = b.slot(b.seq[ti], j);
+        double d = 0;
+        for (int64_t i = 0; i < hd; ++i)
+          d += static_cast<double>(q[(ti * nh + h) * hd + i]) * kd[(slot * nkv + kvh) * hd + i];
+        s.push_back(d * scale);
+      }
+      double mx = -INFINITY, sum = 0;
+      for (double v : s) mx = std::max(mx, v);
+      for (double& v : s) sum += (v = std::exp(v - mx));
+      for (int64_t i = 0; i < hd; ++i) {
+        double acc = 0;
+        for (int64_t j = 0; j <= b.pos[ti]; ++j) acc += s[j] / sum * vd[(b.slot(b.seq[ti], j) * nkv + kvh) * hd + i];
+        ref[(ti * nh + h) * hd + i] = acc;
+      }
+    }
+  return ref;
+}
+
+TEST_CASE("ops: attention over a paged F16 and F32 cache with GQA") {
+  const int64_t hd = 64, nh = 4, nkv = 2, bs = 4, nblocks = 8, nslots = bs * nblocks, maxb = 4;
+  // Two sequences: seq 0 owns blocks {2, 0, 5, 7}, seq 1 owns {1, 3, 4, 6}.
+  const std::vector<int32_t> table = {2, 0, 5, 7, 1, 3, 4, 6};  // [max_blocks=4, n_seqs=2]
+  const std::vector<int32_t> pos = {13, 2, 15, 9}, seq = {0, 1, 0, 1};
+  const int64_t nt = static_cast<int64_t>(pos.size());
+  const std::vector<float> q = randn(static_cast<size_t>(hd * nh * nt), 41);
+  const std::vector<float> kf = randn(static_cast<size_t>(hd * nkv * nslots), 42);
+  const std::vector<float> vf = randn(static_cast<size_t>(hd * nkv * nslots), 43);
+  const float scale = 1.f / 8.f;
+  for (DType t : {DType::F16, DType::F32}) {
+    const std::vector<uint8_t> kb = encode(t, kf, nslots, hd * nkv), vb = encode(t, vf, nslots, hd * nkv);
+    const std::vector<float> kd = decode(t, kb, hd * nkv * nslots), vd = decode(t, vb, hd * nkv * nslots);
+    const PagedBatch b{hd, nh, nkv, bs, maxb, nslots, table, pos, seq, {}};
+    const std::vector<double> ref = attention_ref(b, q, kd, vd, scale);
+    check_op("attention", ref, 1e-10, [&](Backend& be) {
+      Graph g;
+      Tensor* tq = g.input(DType::F32, {hd, nh, nt}, "q");
+      Tensor* tk = g.input(t, {hd * nkv, nslots}, "k");
+      Tensor* tv = g.input(t, {hd * nkv, nslots}, "v");
+      Tensor* tp = g.input(DType::I32, {nt}, "pos");
+      Tensor* ts = g.input(DType::I32, {nt}, "seq");
+      Tensor* tt = g.input(DType::I32, {maxb, 2}, "table");
+      AttentionParams ap;
+      ap.n_kv_head = static_cast<int32_t>(nkv);
+      ap.block_size = static_cast<int32_t>(bs);
+      ap.scale = scale;
+      return run_graph(be, g, g.attention(tq, tk, tv, tp, ts, tt, ap),
+                       {{tq, bytes_of(q)}, {tk, kb}, {tv, vb}, {tp, bytes_of_i32(pos)}, {ts, bytes_of_i32(seq)},
+                        {tt, bytes_of_i32(table)}});
+    });
+  }
+}
+
+
+// kv_write of the batch's new K/V rows into caches of types kt/vt, then attention over them.
+std::vector<float> run_paged_attention(Backend& be, const PagedBatch& b, DType kt, DType vt, const std::vector<float>& q,
+                                       const std::vector<uint8_t>& kb, const std::vector<uint8_t>& vb,
+                                       const std::vector<float>& knew, const std::vector<float>& vnew, float scale) {
+  const int64_t row = b.hd * b.nkv, nt = b.n_tok();
+  Graph g;
+  Tensor* tq = g.input(DType::F32, {b.hd, b.nh, nt}, "q");
+  Tensor* tk = g.input(kt, {row, b.nslots}, "k");
+  Tensor* tv = g.input(vt, {row, b.nslots}, "v");
+  Tensor* tkn = g.input(DType::F32, {row, nt}, "k_new");
+  Tensor* tvn = g.input(DType::F32, {row, nt}, "v_new");
+  Tensor* tsl = g.input(DType::I32, {nt}, "slots");
+  Tensor* tp = g.input(DType::I32, {nt}, "pos");
+  Tensor* ts = g.input(DType::I32, {nt}, "seq");
+  Tensor* tt = g.input(DType::I32, {b.maxb, b.n_seqs()}, "table");
+  AttentionParams ap;
+  ap.n_kv_head = static_cast<int32_t>(b.nkv);
+  ap.block_size = static_cast<int32_t>(b.bs);
+  ap.scale = scale;
+  Tensor* kw = g.kv_write(tk, tkn, tsl);
+  Tensor* vw = g.kv_write(tv, tvn, tsl);
+  return run_graph(be, g, g.attention(tq, kw, vw, tp, ts, tt, ap),
+                   {{tq, bytes_of(q)}, {tk, kb}, {tv, vb}, {tkn, bytes_of(knew)}, {tvn, bytes_of(vnew)},
+                    {tsl, bytes_of_i32(b.slots)}, {tp, bytes_of_i32(b.pos)}, {ts, bytes_of_i32(b.seq)},
+                    {tt, bytes_of_i32(b.table)}});
+}
+
+// Runs the batch with caches of kt/vt through every config and checks it against the double
+// reference on the decoded caches (with the new rows as the reference quantizer stores them).
+// Returns the worst NMSE seen.
+double check_paged_attention(const PagedBatch& b, DType kt, DType vt, uint32_t seed) {
+  const int64_t row = b.hd * b.nkv, nt = b.n_tok();
+  const float scale = 1.f / std::sqrt(static_cast<float>(b.hd));
+  const std::vector<float> q = randn(static_cast<size_t>(b.hd * b.nh * nt), seed);
+  const std::vector<float> kf = randn(static_cast<size_t>(row * b.nslots), seed + 1);
+  const std::vector<float> vf = randn(static_cast<size_t>(row * b.nslots), seed + 2);
+  const std::vector<float> knew = randn(static_cast<size_t>(row * nt), seed + 3);
+  const std::vector<float> vnew = randn(static_cast<size_t>(row * nt), seed + 4);
+  const std::vector<uint8_t> kb = encode(kt, kf, b.nslots, row), vb = encode(vt, vf, b.nslots, row);
+  std::vector<float> kd = decode(kt, kb, row * b.nslots), vd = decode(vt, vb, row * b.nslots);
+  const std::vector<float> knd = decode(kt, encode(kt, knew, nt, row), row * nt);
+  const std::vector<float> vnd = decode(vt, encode(vt, vnew, nt, row), row * nt);
+  for (int64_t t = 0; t < nt; ++t) {
+    std::copy_n(knd.begin() + t * row, row, kd.begin() + b.slots[t] * row);
+    std::copy_n(vnd.begin() + t * row, row, vd.begin() + b.slots[t] * row);
+  }
+  const std::vector<double> ref = attention_ref(b, q, kd, vd, scale);
+  // Every path computes in f32 from the decoded cache values (Q8_0 rows are dequantized, the
+  // queries are not quantized), so all of them are close to exact.
+  double worst = 0;
+  for_each_config([&](const Config& c) {
+    const std::vector<float> got = run_paged_attention(*c.backend, b, kt, vt, q, kb, vb, knew, vnew, scale);
+    const double e = nmse(got, ref);
+    INFO("attention on ", c.label, " k ", quant::find_traits(kt)->name, " v ", quant::find_traits(vt)->name,
+         " hd=", b.hd, " nh=", b.nh, " nkv=", b.nkv, " n_tok=", nt);
+    CHECK(e < 1e-10);
+    worst = std::max(worst, e);
+  });
+  return worst;
+}
+
+TEST_CASE("ops: kv_write into a Q8_0 cache") {
+  const int64_t row = 96 * 3, slots = 21;  // three KV heads of 96 (3 blocks each)
+  const std::vector<int32_t> where = {17, 3, 20, 8, 0};
+  const int64_t n = static_cast<int64_t>(where.size());
+  const std::vector<float> rows = randn(static_cast<size_t>(row * n), 61, 3.f);
+  const std::vector<float> old = randn(static_cast<size_t>(row * slots), 62);
+  const std::vector<uint8_t> cache0 = encode(DType::Q8_0, old, slots, row);
+  std::vector<float> expect = decode(DType::Q8_0, cache0, row * slots);
+  const std::vector<float> rd = decode(DType::Q8_0, encode(DType::Q8_0, rows, n, row), row * n);
+  for (int64_t r = 0; r < n; ++r) std::copy_n(rd.begin() + r * row, row, expect.begin() + where[r] * row);
+  for_each_config([&](const Config& c) {
+    Graph g;
+    Tensor* cache = g.input(DType::Q8_0, {row, slots}, "cache");
+    Tensor* tr = g.input(DType::F32, {row, n}, "rows");
+    Tensor* ts = g.input(DType::I32, {n}, "slots");
+    Tensor* out = g.kv_write(cache, tr, ts);
+    REQUIRE(c.backend->supports(*out));
+    const std::vector<float> got =
+        run_graph(*c.backend, g, out, {{cache, cache0}, {tr, bytes_of(rows)}, {ts, bytes_of_i32(where)}});
+    INFO("kv_write on ", c.label);
+    // The reference quantizer's bytes exactly: untouched slots keep theirs, written ones match.
+    CHECK(got == expect);
+  });
+  // A row that is not whole Q8_0 blocks is refused rather than miswritten.
+  auto be = create_backend("cpu", BackendOptions{});
+  REQUIRE(be.ok());
+  Graph g;
+  Tensor* bad = g.kv_write(g.input(DType::Q8_0, {40, 4}, "cache"), g.input(DType::F32, {40, 1}, "rows"),
+                           g.input(DType::I32, {1}, "slots"));
+  CHECK_FALSE((*be)->supports(*bad));
+}
+
+TEST_CASE("ops: attention over a Q8_0 cache, mixed decode and prefill rows, scattered blocks") {
+  // Decode tokens of long sequences (several kChunk-sized chunks), a prefill chunk at positions
+  // 20..24, decode tokens sharing a prefix block; GQA groups of 4 and 6.
+  const std::vector<std::pair<int, int>> seqs = {{700, 1}, {20, 5}, {40, 1}, {1100, 1}, {3, 2}};
+  const PagedBatch llama = make_batch(64, 8, 2, seqs, 71);
+  const PagedBatch odd = make_batch(96, 12, 2, seqs, 72);
+  check_paged_attention(llama, DType::Q8_0, DType::Q8_0, 80);
+  check_paged_attention(odd, DType::Q8_0, DType::Q8_0, 81);
+  check_paged_attention(odd, DType::F16, DType::Q8_0, 82);
+  check_paged_attention(llama, DType::Q8_0, DType::F16, 83);
+  check_paged_attention(odd, DType::BF16, DType::BF16, 84);
+  check_paged_attention(llama, DType::F32, DType::F16, 85);
+  check_paged_attention(llama, DType::F16, DType::F16, 86);
+}
+
+TEST_CASE("ops: attention of one long sequence spread over threads, batch-independent results") {
+  // One KV head and group 12 (more than the 8 heads scored together): a single decode token's
+  // chunks are spread over the threads; its result must equal, bit for bit, the one it gets
+  // inside a larger batch (where it is not spread), for every cache type.
+  const PagedBatch alone = make_batch(64, 12, 1, {{1300, 1}}, 91);
+  for (DType t : {DType::F16, DType::Q8_0, DType::F32}) {
+    check_paged_attention(alone, t, t, 92);
+    PagedBatch mixed = make_batch(64, 12, 1, {{1300, 1}, {600, 40}, {9, 1}}, 93);
+    mixed.table.assign(mixed.table.size(), 0);
+    // Same blocks for sequence 0 as `alone`; the others get blocks beyond them.
+    const int64_t nb0 = alone.maxb;
+    for (int64_t k = 0; k < nb0; ++k) mixed.table[k] = alone.table[k];
+    int32_t next = static_cast<int32_t>(alone.nslots / alone.bs);
+    for (int64_t s = 1; s < mixed.n_seqs(); ++s)
+      for (int64_t k = 0; k < mixed.maxb; ++k) mixed.table[s * mixed.maxb + k] = next++;
+    mixed.nslots = int64_t{next} * mixed.bs;
+    for (int64_t i = 0; i < mixed.n_tok(); ++i) mixed.slots[i] = static_cast<int32_t>(mixed.slot(mixed.seq[i], mixed.pos[i]));
+    const int64_t row = 64;
+    const std::vector<float> q1 = randn(64 * 12, 94), kf = randn(static_cast<size_t>(row * mixed.nslots), 95),
+                             vf = randn(static_cast<size_t>(row * mixed.nslots), 96);
+    std::vector<float> qm = randn(static_cast<size_t>(64 * 12 * mixed.n_tok()), 97);
+    std::copy(q1.begin(), q1.end(), qm.begin());
+    const std::vector<float> kn = randn(static_cast<size_t>(row * mixed.n_tok()), 98),
+                             vn = randn(static_cast<size_t>(row * mixed.n_tok()), 99);
+    const std::vector<uint8_t> kb = encode(t, kf, mixed.nslots, row), vb = encode(t, vf, mixed.nslots, row);
+    const size_t rb = quant::row_size(t, row).value();
+    const std::vector<uint8_t> kb1(kb.begin(), kb.begin() + static_cast<std::ptrdiff_t>(rb * alone.nslots));
+    const std::vector<uint8_t> vb1(vb.begin(), vb.begin() + static_cast<std::ptrdiff_t>(rb * alone.nslots));
+    for_each_config([&](const Config& c) {
+      const std::vector<float> one = run_paged_attention(*c.backend, alone, t, t, q1, kb1, vb1,
+                                                         std::vector<float>(kn.begin(), kn.begin() + row),
+                                                         std::vector<float>(vn.begin(), vn.begin() + row), 0.125f);
+      const std::vector<float> many = run_paged_attention(*c.backend, mixed, t, t, qm, kb, vb, kn, vn, 0.125f);
+      INFO("attention on ", c.label, " ", quant::find_traits(t)->name);
+      CHECK(std::memcmp(one.data(), many.data(), one.size() * sizeof(float)) == 0);
+    });
+  }
+}
+
+}  // namespace
+}  // namespace kite
