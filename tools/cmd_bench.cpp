@@ -31,6 +31,7 @@ struct BenchArgs {
   int reps = 3;
   int threads = 0;
   std::string device = "cpu";  // where to compute (cpu, cuda)
+  int32_t gpu_layers = -1;     // layers on `device` (-1: all)
   bool json = false;
   std::vector<int> parallel;  // batched mode: concurrent sequences per run (llama-batched-bench's -npl)
   std::string text;           // batched mode: prompts cut from this text instead of random tokens
@@ -98,6 +99,7 @@ int run_batched(const BenchArgs& a, const std::shared_ptr<const Model>& model, c
     ContextOptions opts;
     opts.n_threads = a.threads;
     opts.device = a.device;
+    opts.gpu_layers = a.gpu_layers;
     opts.n_ctx = a.n_prompt + a.n_gen + 1;
     opts.n_seqs = b;
     opts.prefix_cache = false;
@@ -109,6 +111,7 @@ int run_batched(const BenchArgs& a, const std::shared_ptr<const Model>& model, c
     ModelArgs margs;
     margs.threads = a.threads;
     margs.device = a.device;
+    margs.gpu_layers = a.gpu_layers;
     margs.ctx = opts.n_ctx;
     margs.no_prefix_cache = true;
     auto draft = load_draft(a.spec, margs, *model, b);
@@ -239,6 +242,7 @@ int run_bench(const BenchArgs& a) {
   ContextOptions opts;
   opts.n_threads = a.threads;
   opts.device = a.device;
+  opts.gpu_layers = a.gpu_layers;
   opts.n_ctx = std::max(16, a.n_prompt + a.n_gen);
   auto ctx = Context::create(*model, opts);
   if (!ctx) {
@@ -317,6 +321,7 @@ void register_bench(CLI::App& app, Action* run) {
   cmd->add_option("-r,--repetitions", a->reps, "Repetitions (the median is reported)")->check(CLI::PositiveNumber);
   cmd->add_option("-t,--threads", a->threads, "Threads (default: all physical cores)")->check(CLI::NonNegativeNumber);
   cmd->add_option("--device", a->device, "Where to compute: cpu or cuda (when built with CUDA)");
+  add_gpu_layers_flag(cmd, &a->gpu_layers);
   cmd->add_flag("--json", a->json, "Print one JSON line");
   cmd->add_option("--parallel", a->parallel,
                   "Batched mode: concurrent sequences through the scheduler, e.g. 1,4,16,64 (llama-batched-bench's -npl)")

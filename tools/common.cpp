@@ -1,14 +1,42 @@
 #include "tools/common.h"
 
+#include <charconv>
+
 #include "formats/quant/types.h"
 
 namespace kite::tools {
+
+Result<int32_t> parse_gpu_layers(const std::string& text) {
+  if (text == "all" || text == "-1") return -1;
+  int32_t n = -1;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), n);
+  if (ec != std::errc() || end != text.data() + text.size() || n < 0)
+    return make_error("--gpu-layers '", text, "': expected a layer count (0, 1, 2, ...) or all (-1)");
+  return n;
+}
+
+void add_gpu_layers_flag(CLI::App* cmd, int32_t* layers) {
+  cmd->add_option_function<std::string>(
+         "--gpu-layers,--n-gpu-layers",
+         [layers](const std::string& v) {
+           if (auto n = parse_gpu_layers(v)) *layers = *n;
+         },
+         "Layers on --device, counted from the last (llama.cpp's -ngl): the rest, and the token "
+         "embedding lookup, run on the CPU. all or -1 (default): the whole model on --device")
+      ->check(CLI::Validator(
+          [](std::string& v) {
+            auto n = parse_gpu_layers(v);
+            return n ? std::string() : n.error().message;
+          },
+          "N|all"));
+}
 
 void add_model_flags(CLI::App* cmd, ModelArgs* a) {
   cmd->add_option("-m,--model", a->model, "A GGUF file or a Hugging Face folder")->required();
   cmd->add_option("-t,--threads", a->threads, "Threads (default: all physical cores)")->check(CLI::NonNegativeNumber);
   cmd->add_option("-c,--ctx", a->ctx, "Context length in tokens")->check(CLI::PositiveNumber);
   cmd->add_option("--device", a->device, "Where to compute: cpu, or cuda (an NVIDIA GPU; builds with KITE_CUDA)");
+  add_gpu_layers_flag(cmd, &a->gpu_layers);
   cmd->add_option("--kv-type", a->kv_type, "KV cache element type: f16, bf16, f32, q8_0")
       ->check(CLI::IsMember({"f16", "bf16", "f32", "q8_0"}));
   cmd->add_option("--kv-memory", a->kv_memory, "KV cache pool size, e.g. 512M or 2G (default: ctx x sequences)");
@@ -42,6 +70,7 @@ Result<Loaded> load_model(const ModelArgs& a, int32_t n_seqs) {
   opts.n_ctx = a.ctx;
   opts.n_seqs = n_seqs;
   opts.device = a.device;
+  opts.gpu_layers = a.gpu_layers;
   opts.kv_type = quant::find_traits(a.kv_type)->type;
   opts.prefix_cache = !a.no_prefix_cache;
   if (!a.kv_memory.empty()) {
@@ -109,6 +138,7 @@ Result<std::unique_ptr<Context>> load_draft(const SpecArgs& a, const ModelArgs& 
   opts.n_ctx = target_args.ctx;
   opts.n_seqs = n_seqs;
   opts.device = target_args.device;
+  opts.gpu_layers = target_args.gpu_layers;
   opts.kv_type = quant::find_traits(target_args.kv_type)->type;
   opts.prefix_cache = !target_args.no_prefix_cache;
   auto ctx = Context::create(std::move(*model), opts);

@@ -24,6 +24,7 @@ struct ModelArgs {
   int threads = 0;
   int64_t ctx = 2048;
   std::string device = "cpu";
+  int32_t gpu_layers = -1;  // --gpu-layers: layers on --device (-1: all); ContextOptions::gpu_layers
   std::string kv_type = "f16";
   std::string kv_memory;  // "512M", "2G": the KV pool's size (default: every slot holds ctx positions)
   bool no_prefix_cache = false;
@@ -31,9 +32,13 @@ struct ModelArgs {
   std::string dump_dir;
 };
 
-// -m/--model (required), -t/--threads, -c/--ctx, --device, --kv-type, --kv-memory,
+// -m/--model (required), -t/--threads, -c/--ctx, --device, --gpu-layers, --kv-type, --kv-memory,
 // --no-prefix-cache, --dump-ops, --dump-dir.
 void add_model_flags(CLI::App* cmd, ModelArgs* a);
+// --gpu-layers N|all into `*layers` (-1: all); a bad value is a usage error naming it.
+void add_gpu_layers_flag(CLI::App* cmd, int32_t* layers);
+// "12" -> 12, "all" or "-1" -> -1; anything else is an error naming the text.
+Result<int32_t> parse_gpu_layers(const std::string& text);
 // --temp, --top-k, --top-p, --min-p, --typical, --repeat-penalty, --repeat-last-n,
 // --frequency-penalty, --presence-penalty, --seed.
 void add_sampling_flags(CLI::App* cmd, SamplerParams* p);

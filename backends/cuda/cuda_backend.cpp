@@ -90,6 +90,16 @@ class CudaBackend final : public Backend {
     return dev_->synchronize();
   }
 
+  std::optional<MemoryInfo> memory_info() const override {
+    if (!dev_->activate()) return std::nullopt;
+    MemoryInfo m;
+    if (cudaMemGetInfo(&m.free, &m.total) != cudaSuccess) {
+      cudaGetLastError();
+      return std::nullopt;
+    }
+    return m;
+  }
+
  private:
   static constexpr size_t kMinGraphNodes = 8;  // smaller spans (op-by-op debugging) run eagerly
   static constexpr size_t kMaxGraphs = 128;

@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -27,6 +28,12 @@ class Buffer {
   virtual void* base() = 0;  // host pointer or device address; tensors point at base + offset
   virtual size_t size() const = 0;
   virtual Backend& backend() = 0;
+};
+
+// A device's own memory, in bytes.
+struct MemoryInfo {
+  size_t free = 0;
+  size_t total = 0;
 };
 
 struct BackendOptions {
@@ -51,6 +58,8 @@ class Backend {
   // Runs nodes (in order) whose inputs are ready; may be asynchronous.
   virtual Status compute(std::span<Tensor* const> nodes) = 0;
   virtual Status synchronize() { return ok_status(); }
+  // The device memory left and in all; nullopt for backends that compute in host memory.
+  virtual std::optional<MemoryInfo> memory_info() const { return std::nullopt; }
 };
 
 // The backend registry: backends add a factory at static-init time (CPU registers last and is

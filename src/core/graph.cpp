@@ -12,6 +12,7 @@ Tensor* Graph::make_like(DType type, const std::array<int64_t, kMaxDims>& ne, Op
   t.nb = contiguous_strides(type, ne);
   t.op = op;
   t.name = std::move(name);
+  t.layer = layer_;
   return &t;
 }
 

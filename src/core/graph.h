@@ -72,6 +72,10 @@ class Graph {
                     Tensor* block_table, const AttentionParams& p);
   Tensor* copy(Tensor* a, DType type);
 
+  // Nodes made from now on are tagged with `layer` (Tensor::layer), so a graph can be split
+  // across backends by model part. Starts at -1.
+  void set_layer(int32_t layer) { layer_ = layer; }
+
   // Orders everything `out` depends on; may be called for several outputs.
   void build(Tensor* out);
   const std::vector<Tensor*>& nodes() const { return nodes_; }
@@ -88,6 +92,7 @@ class Graph {
   std::vector<Tensor*> leaves_;
   std::vector<Tensor*> outputs_;
   std::unordered_set<const Tensor*> visited_;
+  int32_t layer_ = -1;
 };
 
 // True for ops that produce no new bytes: views, and kv_write (it writes into its cache).

@@ -72,24 +72,30 @@ class ArenaAllocator {
 }  // namespace
 
 MemoryPlan MemoryPlan::make(const Graph& g, size_t alignment) {
+  return make(g.nodes(), g.leaves(), g.outputs(), alignment);
+}
+
+MemoryPlan MemoryPlan::make(std::span<Tensor* const> nodes, std::span<Tensor* const> leaves,
+                            std::span<Tensor* const> keep, size_t alignment) {
   MemoryPlan plan;
   ArenaAllocator arena(alignment);
-  const auto& nodes = g.nodes();
 
-  // Last reader of each root (outputs: never freed).
+  // Last reader of each root (kept tensors: never freed).
   std::unordered_map<Tensor*, size_t> last_use;
   for (size_t i = 0; i < nodes.size(); ++i)
     for (Tensor* s : nodes[i]->src)
       if (s != nullptr) last_use[root_of(s)] = i;
-  for (Tensor* out : g.outputs()) last_use[root_of(out)] = SIZE_MAX;
+  for (Tensor* out : keep) last_use[root_of(out)] = SIZE_MAX;
 
-  for (Tensor* leaf : g.leaves())
+  for (Tensor* leaf : leaves)
     if (leaf->data == nullptr) plan.offsets_.emplace_back(leaf, arena.alloc(leaf->nbytes()));
 
   std::unordered_map<Tensor*, size_t> placed;
   for (size_t i = 0; i < nodes.size(); ++i) {
     Tensor* n = nodes[i];
-    if (!aliases_src0(n->op)) {
+    if (aliases_src0(n->op)) {
+      plan.aliases_.push_back(n);
+    } else {
       const size_t off = arena.alloc(n->nbytes());
       placed[n] = off;
       plan.offsets_.emplace_back(n, off);
@@ -104,7 +110,7 @@ MemoryPlan MemoryPlan::make(const Graph& g, size_t alignment) {
         placed.erase(p);
       }
     }
-    // A node nobody reads (and not an output) is freed at once.
+    // A node nobody reads (and not kept) is freed at once.
     if (!aliases_src0(n->op) && last_use.count(n) == 0) {
       arena.free(placed[n], n->nbytes());
       placed.erase(n);
@@ -114,13 +120,12 @@ MemoryPlan MemoryPlan::make(const Graph& g, size_t alignment) {
   return plan;
 }
 
-void MemoryPlan::place(const Graph& g, uint8_t* base) const {
+void MemoryPlan::place(uint8_t* base) const {
   for (const auto& [t, off] : offsets_) t->data = base + off;
-  for (Tensor* n : g.nodes())
-    if (aliases_src0(n->op)) {
-      n->data = static_cast<uint8_t*>(n->src[0]->data) + n->view_offset;
-      if (n->op == Op::kKvWrite) n->nb = n->src[0]->nb;
-    }
+  for (Tensor* n : aliases_) {
+    n->data = static_cast<uint8_t*>(n->src[0]->data) + n->view_offset;
+    if (n->op == Op::kKvWrite) n->nb = n->src[0]->nb;
+  }
 }
 
 }  // namespace kite

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstddef>
+#include <span>
 #include <utility>
 #include <vector>
 
@@ -18,14 +19,23 @@ class MemoryPlan {
  public:
   // Plans `g` (after build()); `alignment` is the byte alignment of every placement.
   static MemoryPlan make(const Graph& g, size_t alignment = 64);
+  // Plans a part of a graph (one backend's nodes, in execution order): `nodes`, the `leaves`
+  // without bytes (inputs: live for the whole run), and `keep`, tensors whose bytes must outlive
+  // the run (outputs, and what another backend copies out later). Sources that are not in
+  // `nodes` are someone else's and are left alone.
+  static MemoryPlan make(std::span<Tensor* const> nodes, std::span<Tensor* const> leaves,
+                         std::span<Tensor* const> keep, size_t alignment = 64);
 
   size_t arena_bytes() const { return arena_bytes_; }
-  // Points every planned tensor at base + its offset, and every view at its source's bytes.
-  void place(const Graph& g, uint8_t* base) const;
+  // Points every planned tensor at base + its offset, and every view (of the planned nodes) at
+  // its source's bytes.
+  void place(uint8_t* base) const;
+  void place(const Graph&, uint8_t* base) const { place(base); }
 
  private:
   size_t arena_bytes_ = 0;
   std::vector<std::pair<Tensor*, size_t>> offsets_;
+  std::vector<Tensor*> aliases_;  // views and kv_write, in order
 };
 
 }  // namespace kite

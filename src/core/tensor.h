@@ -54,6 +54,9 @@ struct Tensor {
   std::array<Tensor*, kMaxSrc> src{};
   OpParams params;
   size_t view_offset = 0;  // kView: byte offset into src0
+  // The model part a node belongs to, for placing it on a backend (Graph::set_layer): -1 the
+  // token embedding (and leaves), 0..n_layer-1 a transformer layer, n_layer the output head.
+  int32_t layer = -1;
 
   // Where the bytes are: a host pointer (CPU buffers, the file mapping) or a device address,
   // according to `buffer` (nullptr = host memory owned elsewhere, e.g. a weight in the mmap).

@@ -12,11 +12,24 @@ size_t KvCache::block_bytes(const HParams& hp, DType type, int32_t block_size) {
   return 2 * static_cast<size_t>(hp.n_layer) * row * static_cast<size_t>(block_size);
 }
 
+size_t KvCache::layer_bytes(const HParams& hp, DType type, int32_t block_size, int64_t n_blocks) {
+  return block_bytes(hp, type, block_size) / static_cast<size_t>(std::max<int64_t>(hp.n_layer, 1)) *
+         static_cast<size_t>(n_blocks);
+}
+
 Result<std::unique_ptr<KvCache>> KvCache::create(const HParams& hp, const KvCacheOptions& opts, Backend& backend) {
+  std::vector<Backend*> per_layer(static_cast<size_t>(std::max<int64_t>(hp.n_layer, 0)), &backend);
+  return create(hp, opts, per_layer);
+}
+
+Result<std::unique_ptr<KvCache>> KvCache::create(const HParams& hp, const KvCacheOptions& opts,
+                                                 std::span<Backend* const> layer_backends) {
   if (opts.type != DType::F16 && opts.type != DType::F32 && opts.type != DType::BF16 && opts.type != DType::Q8_0)
     return make_error("KV cache type must be f16, bf16, f32 or q8_0");
   if (opts.n_ctx <= 0 || opts.n_seqs <= 0 || opts.block_size <= 0 || opts.n_blocks < 0)
     return make_error("KV cache: context, sequences and block size must be positive");
+  if (static_cast<int64_t>(layer_backends.size()) != hp.n_layer)
+    return make_error("KV cache: ", layer_backends.size(), " layer backends for ", hp.n_layer, " layers");
   const int64_t row = hp.head_dim * hp.n_head_kv;
   const quant::TypeTraits* tt = quant::find_traits(opts.type);
   if (row % tt->block_size != 0 || hp.head_dim % tt->block_size != 0)
@@ -26,24 +39,34 @@ Result<std::unique_ptr<KvCache>> KvCache::create(const HParams& hp, const KvCach
   if (n_blocks > INT32_MAX / opts.block_size) return make_error("KV cache: ", n_blocks, " blocks are too many");
 
   auto kv = std::unique_ptr<KvCache>(new KvCache(opts, static_cast<int32_t>(n_blocks)));
-  kv->backend_ = &backend;
   kv->max_blocks_ = max_blocks;
   const int64_t n_slots = n_blocks * opts.block_size;
   kv->row_bytes_ = static_cast<size_t>(row / tt->block_size) * tt->type_size;
   const size_t per_tensor = kv->row_bytes_ * static_cast<size_t>(n_slots);
-  KITE_ASSIGN_OR_RETURN(kv->buffer_, backend.alloc(per_tensor * 2 * static_cast<size_t>(hp.n_layer)));
   kv->storage_.resize(static_cast<size_t>(2 * hp.n_layer));
-  auto* base = static_cast<uint8_t*>(kv->buffer_->base());
-  for (size_t i = 0; i < kv->storage_.size(); ++i) {
-    Tensor& t = kv->storage_[i];
-    t.type = opts.type;
-    t.ne = {row, n_slots, 1, 1};
-    t.nb = contiguous_strides(t.type, t.ne);
-    t.data = base + i * per_tensor;
-    t.buffer = kv->buffer_.get();
-    t.name = (i % 2 == 0 ? "cache_k." : "cache_v.") + std::to_string(i / 2);
-    (i % 2 == 0 ? kv->tensors_.k : kv->tensors_.v).push_back(&t);
+  // One buffer per backend, holding its layers' K and V in layer order.
+  std::vector<Backend*> owners;
+  for (Backend* b : layer_backends)
+    if (std::find(owners.begin(), owners.end(), b) == owners.end()) owners.push_back(b);
+  for (Backend* owner : owners) {
+    const size_t n_tensors = 2 * static_cast<size_t>(std::count(layer_backends.begin(), layer_backends.end(), owner));
+    KITE_ASSIGN_OR_RETURN(std::unique_ptr<Buffer> buf, owner->alloc(per_tensor * n_tensors));
+    auto* base = static_cast<uint8_t*>(buf->base());
+    size_t next = 0;
+    for (size_t i = 0; i < kv->storage_.size(); ++i) {
+      if (layer_backends[i / 2] != owner) continue;
+      Tensor& t = kv->storage_[i];
+      t.type = opts.type;
+      t.ne = {row, n_slots, 1, 1};
+      t.nb = contiguous_strides(t.type, t.ne);
+      t.data = base + next++ * per_tensor;
+      t.buffer = buf.get();
+      t.layer = static_cast<int32_t>(i / 2);
+      t.name = (i % 2 == 0 ? "cache_k." : "cache_v.") + std::to_string(i / 2);
+    }
+    kv->buffers_.push_back(std::move(buf));
   }
+  for (size_t i = 0; i < kv->storage_.size(); ++i) (i % 2 == 0 ? kv->tensors_.k : kv->tensors_.v).push_back(&kv->storage_[i]);
   kv->tensors_.block_size = opts.block_size;
   kv->seqs_.resize(static_cast<size_t>(opts.n_seqs));
   return kv;
@@ -101,7 +124,7 @@ Status KvCache::reserve(int32_t seq, int64_t n) {
 Status KvCache::copy_block(int32_t dst, int32_t src) {
   const size_t bytes = row_bytes_ * static_cast<size_t>(opts_.block_size);
   for (const Tensor& t : storage_)
-    KITE_TRY(backend_->copy(t, static_cast<size_t>(dst) * bytes, t, static_cast<size_t>(src) * bytes, bytes));
+    KITE_TRY(t.buffer->backend().copy(t, static_cast<size_t>(dst) * bytes, t, static_cast<size_t>(src) * bytes, bytes));
   return ok_status();
 }
 
@@ -193,7 +216,7 @@ Status KvCache::read_seq(int32_t seq, std::span<uint8_t> out) const {
     for (int64_t pos = 0; pos < s.len; pos += bs) {  // a block's positions are contiguous rows
       const size_t rows = static_cast<size_t>(std::min<int64_t>(bs, s.len - pos));
       const size_t offset = static_cast<size_t>(slot(seq, pos)) * row_bytes_;
-      KITE_TRY(backend_->download(t, dst, rows * row_bytes_, offset));
+      KITE_TRY(t.buffer->backend().download(t, dst, rows * row_bytes_, offset));
       dst += rows * row_bytes_;
     }
   }
@@ -214,7 +237,7 @@ Status KvCache::write_seq(int32_t seq, std::span<const int32_t> tokens, std::spa
     for (int64_t pos = 0; pos < n; pos += bs) {
       const size_t rows = static_cast<size_t>(std::min<int64_t>(bs, n - pos));
       const size_t offset = static_cast<size_t>(slot(seq, pos)) * row_bytes_;
-      if (auto st = backend_->upload(t, src, rows * row_bytes_, offset); !st) {
+      if (auto st = t.buffer->backend().upload(t, src, rows * row_bytes_, offset); !st) {
         clear(seq);
         return st;
       }

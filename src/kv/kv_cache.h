@@ -2,9 +2,10 @@
 // sequence, a block table per sequence, a prefix cache and copy-on-write sharing.
 //
 // Invariants:
-//  - Storage is one buffer: per layer a K and a V tensor [head_dim * n_head_kv, n_slots],
-//    n_slots = n_blocks * block_size; slot = block * block_size + offset. A block's slots are
-//    contiguous rows of every layer's K and V.
+//  - Storage: per layer a K and a V tensor [head_dim * n_head_kv, n_slots], n_slots =
+//    n_blocks * block_size; slot = block * block_size + offset. A block's slots are contiguous
+//    rows of every layer's K and V. A layer's tensors are in a buffer of that layer's backend
+//    (one buffer per backend; layers split across backends keep their KV where they run).
 //  - Sequence s's positions 0..len-1 live in the blocks of its table, in order; attention reads
 //    them through the table, never gathered into a contiguous copy.
 //  - Blocks are refcounted (BlockPool): fork() and prefix matches share them; a shared or cached
@@ -46,6 +47,11 @@ struct KvStats {
 class KvCache {
  public:
   static Result<std::unique_ptr<KvCache>> create(const HParams& hp, const KvCacheOptions& opts, Backend& backend);
+  // Layer il's K and V on `layer_backends[il]` (n_layer entries).
+  static Result<std::unique_ptr<KvCache>> create(const HParams& hp, const KvCacheOptions& opts,
+                                                 std::span<Backend* const> layer_backends);
+  // Bytes of one layer's K and V for `n_blocks` blocks.
+  static size_t layer_bytes(const HParams& hp, DType type, int32_t block_size, int64_t n_blocks);
   // Bytes of one block (K and V of every layer): 2 x layers x kv_heads x head_dim x elem x block.
   static size_t block_bytes(const HParams& hp, DType type, int32_t block_size);
 
@@ -107,11 +113,10 @@ class KvCache {
 
   KvCacheOptions opts_;
   BlockPool pool_;
-  Backend* backend_ = nullptr;
   int32_t max_blocks_ = 0;
   size_t row_bytes_ = 0;
-  std::unique_ptr<Buffer> buffer_;
-  std::vector<Tensor> storage_;  // the K/V tensors (2 per layer)
+  std::vector<std::unique_ptr<Buffer>> buffers_;  // one per backend holding layers
+  std::vector<Tensor> storage_;  // the K/V tensors (2 per layer); each tensor's buffer names its backend
   KvTensors tensors_;
   std::vector<Seq> seqs_;
   int64_t prefix_queried_ = 0, prefix_hits_ = 0, cow_copies_ = 0;

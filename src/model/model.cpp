@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <unordered_set>
 
 #include "src/base/half.h"
 #include "src/base/mapped_file.h"
@@ -151,10 +152,12 @@ Tensor* Model::build_forward(Graph& g, const ForwardInputs& in, const KvTensors&
     t->name = "l" + std::to_string(il) + "." + what;
     return t;
   };
+  g.set_layer(-1);
   Tensor* x = g.get_rows(tok_embd_, in.tokens);  // [n_embd, n]
   x->name = "embd";
   for (size_t il = 0; il < layers_.size(); ++il) {
     const LayerWeights& l = layers_[il];
+    g.set_layer(static_cast<int32_t>(il));
     // Attention block: x += Wo · attention(rope(Wq·h), rope(Wk·h), Wv·h), h = norm(x).
     Tensor* h = nm(g.rms_norm(x, l.attn_norm, hp.rms_eps), il, "attn_norm");
     Tensor* q = nm(g.mul_mat(l.wq, h), il, "q");
@@ -179,6 +182,7 @@ Tensor* Model::build_forward(Graph& g, const ForwardInputs& in, const KvTensors&
     x = nm(g.add(x, nm(g.mul_mat(l.w_down, f), il, "ffn_out")), il, "ffn_res");
   }
   // Only the rows whose outputs are wanted go through the final norm and the LM head.
+  g.set_layer(static_cast<int32_t>(layers_.size()));
   x = g.get_rows(x, in.out_rows);
   x = g.rms_norm(x, output_norm_, hp.rms_eps);
   x->name = "output_norm";
@@ -190,6 +194,28 @@ Tensor* Model::build_forward(Graph& g, const ForwardInputs& in, const KvTensors&
   logits->name = "logits";
   g.build(logits);
   return logits;
+}
+
+size_t Model::weight_bytes(const std::function<bool(int32_t layer)>& part) const {
+  std::unordered_set<const void*> seen;
+  size_t bytes = 0;
+  auto add = [&](const Tensor* t) {
+    if (t != nullptr && seen.insert(t->data).second) bytes += t->nbytes();
+  };
+  if (part(-1)) add(tok_embd_);
+  for (size_t il = 0; il < layers_.size(); ++il) {
+    if (!part(static_cast<int32_t>(il))) continue;
+    const LayerWeights& l = layers_[il];
+    for (const Tensor* t : {l.attn_norm, l.wq, l.wk, l.wv, l.wo, l.bq, l.bk, l.bv, l.q_norm, l.k_norm, l.ffn_norm,
+                            l.w_gate, l.w_up, l.w_down})
+      add(t);
+    add(rope_freqs_);
+  }
+  if (part(static_cast<int32_t>(layers_.size()))) {
+    add(output_norm_);
+    add(output_);
+  }
+  return bytes;
 }
 
 }  // namespace kite

@@ -75,8 +75,14 @@ class Model {
 
   // Builds the forward graph of one batch into `g`; returns the logits [n_vocab, n_outputs], or
   // with OutputKind::kHidden the normed final hidden state [n_embd, n_outputs].
+  // Nodes are tagged with their model part (Graph::set_layer): -1 the token embedding lookup,
+  // il for transformer layer il, n_layer the output norm and LM head.
   Tensor* build_forward(Graph& g, const ForwardInputs& in, const KvTensors& kv,
                         OutputKind kind = OutputKind::kLogits) const;
+
+  // Bytes of the weights read by the model parts for which `part(layer)` is true (layer as in
+  // build_forward's tags); a tensor shared by two parts (tied embeddings) counts once.
+  size_t weight_bytes(const std::function<bool(int32_t layer)>& part) const;
 
  private:
   Model() = default;

@@ -11,8 +11,12 @@ struct Context::Step {
   Graph graph;
   ForwardInputs in;
   Tensor* out = nullptr;  // logits [n_vocab, n_outputs] or hidden state [n_embd, n_outputs]
-  MemoryPlan plan;
+  SplitGraph split;       // backends of the nodes, copies at the boundaries, memory plans
 };
+
+namespace {
+constexpr size_t kMiB = size_t{1} << 20;
+}  // namespace
 
 Context::~Context() = default;
 
@@ -20,9 +24,8 @@ Result<std::unique_ptr<Context>> Context::create(std::shared_ptr<const Model> mo
   std::unique_ptr<Context> c(new Context());
   c->model_ = std::move(model);
   c->opts_ = opts;
-  BackendOptions bo;
-  bo.n_threads = opts.n_threads;
-  KITE_ASSIGN_OR_RETURN(c->backend_, create_backend(opts.device, bo));
+  KITE_TRY(c->open_backends());
+  KITE_TRY(c->check_device_memory());
   KvCacheOptions ko;
   ko.n_ctx = opts.n_ctx;
   ko.n_seqs = opts.n_seqs;
@@ -30,8 +33,87 @@ Result<std::unique_ptr<Context>> Context::create(std::shared_ptr<const Model> mo
   ko.n_blocks = opts.kv_blocks;
   ko.block_size = opts.kv_block_size;
   ko.prefix_cache = opts.prefix_cache;
-  KITE_ASSIGN_OR_RETURN(c->kv_, KvCache::create(c->model_->hparams(), ko, *c->backend_));
+  std::vector<Backend*> layer_backends;
+  for (int64_t il = 0; il < c->model_->hparams().n_layer; ++il)
+    layer_backends.push_back(c->backend_ptrs_[static_cast<size_t>(c->placement_(static_cast<int32_t>(il)))]);
+  KITE_ASSIGN_OR_RETURN(c->kv_, KvCache::create(c->model_->hparams(), ko, layer_backends));
+  c->arenas_.resize(c->backends_.size());
   return c;
+}
+
+// One backend (gpu_layers -1: `device`; 0: the CPU), or the CPU plus `device` with the last
+// gpu_layers layers and the output head on the device.
+Status Context::open_backends() {
+  BackendOptions bo;
+  bo.n_threads = opts_.n_threads;
+  const int64_t n_layer = model_->hparams().n_layer;
+  const int32_t n = opts_.gpu_layers;
+  if (!opts_.placement && n < -1)
+    return make_error("gpu_layers must be -1 (every layer) or a layer count >= 0, got ", n);
+  const bool split = opts_.placement || n > 0;
+  if (split) {
+    KITE_ASSIGN_OR_RETURN(auto cpu, create_backend("cpu", bo));
+    backends_.push_back(std::move(cpu));
+  }
+  if (split || n < 0) {
+    KITE_ASSIGN_OR_RETURN(auto dev, create_backend(opts_.device, bo));
+    backends_.push_back(std::move(dev));
+  } else {
+    KITE_ASSIGN_OR_RETURN(auto cpu, create_backend("cpu", bo));
+    backends_.push_back(std::move(cpu));
+  }
+  for (auto& b : backends_) backend_ptrs_.push_back(b.get());
+  if (opts_.placement) {
+    placement_ = opts_.placement;
+    for (int32_t l = -1; l <= static_cast<int32_t>(n_layer); ++l)
+      if (const int b = placement_(l); b < 0 || b > 1)
+        return make_error("placement: model part ", l, " is placed on backend ", b, " (expected 0: cpu or 1: ",
+                          opts_.device, ")");
+  } else if (split) {
+    const int64_t first = n_layer - std::min<int64_t>(n, n_layer);  // the first layer on the device
+    placement_ = [first](int32_t layer) { return layer >= first ? 1 : 0; };
+  } else {
+    placement_ = [](int32_t) { return 0; };
+  }
+  return ok_status();
+}
+
+// Before anything is mirrored or allocated: the weights and KV each device will hold against its
+// free memory, so a model that does not fit is an error at load, not mid-request.
+Status Context::check_device_memory() const {
+  const HParams& hp = model_->hparams();
+  const int64_t bs = opts_.kv_block_size > 0 ? opts_.kv_block_size : 1;
+  const int64_t n_blocks = opts_.kv_blocks > 0 ? opts_.kv_blocks : (opts_.n_ctx + bs - 1) / bs * opts_.n_seqs;
+  const quant::TypeTraits* tt = quant::find_traits(opts_.kv_type);
+  if (tt == nullptr || n_blocks <= 0) return ok_status();  // KvCache::create names the problem
+  const size_t kv_layer = KvCache::layer_bytes(hp, opts_.kv_type, static_cast<int32_t>(bs), n_blocks);
+  for (size_t b = 0; b < backends_.size(); ++b) {
+    const std::optional<MemoryInfo> mem = backends_[b]->memory_info();
+    if (!mem) continue;
+    // Bytes the device holds when the parts that `on` selects run there.
+    auto need = [&](const std::function<bool(int32_t)>& on, int64_t* layers) {
+      int64_t n = 0;
+      for (int32_t l = 0; l < hp.n_layer; ++l) n += on(l) ? 1 : 0;
+      if (layers != nullptr) *layers = n;
+      return model_->weight_bytes(on) + static_cast<size_t>(n) * kv_layer;
+    };
+    int64_t layers = 0;
+    const size_t weights = model_->weight_bytes([&](int32_t l) { return placement_(l) == static_cast<int>(b); });
+    const size_t total = need([&](int32_t l) { return placement_(l) == static_cast<int>(b); }, &layers);
+    if (total <= mem->free) continue;
+    // The largest gpu_layers that would fit (last k layers and the head on the device).
+    int64_t fits = -1;
+    for (int64_t k = std::min<int64_t>(layers, hp.n_layer) - 1; k >= 0 && fits < 0; --k) {
+      const int64_t first = hp.n_layer - k;
+      if (need([&](int32_t l) { return k > 0 && l >= first; }, nullptr) <= mem->free) fits = k;
+    }
+    return make_error(backends_[b]->name(), ": the model does not fit in device memory: ", layers, " of ",
+                      hp.n_layer, " layers need ", total / kMiB, " MiB (weights ", weights / kMiB, " MiB, KV cache ",
+                      (total - weights) / kMiB, " MiB), but only ", mem->free / kMiB, " MiB of ", mem->total / kMiB,
+                      " MiB are free; run fewer layers on the device (--gpu-layers ", std::max<int64_t>(fits, 0),
+                      " would fit) or shrink the KV cache (--ctx, --kv-memory)");
+  }
+  return ok_status();
 }
 
 Result<Context::Step*> Context::step_for(int64_t n_tokens, int64_t n_outputs, OutputKind kind) {
@@ -49,19 +131,28 @@ Result<Context::Step*> Context::step_for(int64_t n_tokens, int64_t n_outputs, Ou
     s->in.block_table = g.input(DType::I32, {kv_->max_blocks_per_seq(), kv_->n_seqs()}, "block_table");
     s->in.out_rows = g.input(DType::I32, {n_outputs}, "out_rows");
     s->out = model_->build_forward(g, s->in, kv_->tensors(), kind);
-    for (Tensor* n : g.nodes())
-      if (!backend_->supports(*n))
-        return make_error(backend_->name(), ": op ", op_name(n->op), " on ", n->name, " (",
-                          quant::find_traits(n->src[0] ? n->src[0]->type : n->type)->name, ") is not supported");
-    s->plan = MemoryPlan::make(g);
+    KITE_ASSIGN_OR_RETURN(s->split, SplitGraph::make(g, backend_ptrs_, placement_));
+    for (const GraphSplit& sp : s->split.splits()) {
+      const Backend& be = *backend_ptrs_[static_cast<size_t>(sp.backend)];
+      for (const Tensor* n : sp.nodes)
+        if (!be.supports(*n))
+          return make_error(be.name(), ": op ", op_name(n->op), " on ", n->name, " (",
+                            quant::find_traits(n->src[0] ? n->src[0]->type : n->type)->name, ") is not supported");
+    }
     it = steps_.emplace(key, std::move(s)).first;
   }
   Step* s = it->second.get();
-  if (!arena_ || arena_->size() < s->plan.arena_bytes()) {
-    arena_.reset();
-    KITE_ASSIGN_OR_RETURN(arena_, backend_->alloc(s->plan.arena_bytes()));
+  for (size_t b = 0; b < backends_.size(); ++b) {
+    const size_t bytes = s->split.arena_bytes(static_cast<int>(b));
+    if (bytes == 0) continue;
+    if (!arenas_[b] || arenas_[b]->size() < bytes) {
+      arenas_[b].reset();
+      KITE_ASSIGN_OR_RETURN(arenas_[b], backends_[b]->alloc(bytes));
+    }
+    s->split.place(static_cast<int>(b), static_cast<uint8_t*>(arenas_[b]->base()));
   }
-  s->plan.place(s->graph, static_cast<uint8_t*>(arena_->base()));
+  last_splits_ = static_cast<int>(s->split.splits().size());
+  last_copies_ = s->split.n_copies();
   return s;
 }
 
@@ -106,54 +197,50 @@ Status Context::decode(std::span<const BatchToken> batch, OutputKind kind) {
   }
   if (o == 0) out[o++] = static_cast<int32_t>(n - 1);
   kv_->fill_block_table(table);
+  // Every backend that reads an input gets its own copy of it.
+  auto upload = [&](const Tensor* input, const int32_t* data, size_t bytes) -> Status {
+    for (const auto& [b, t] : step->split.replicas(input)) KITE_TRY(backend_ptrs_[static_cast<size_t>(b)]->upload(*t, data, bytes));
+    return ok_status();
+  };
   const size_t row = n * sizeof(int32_t);
-  KITE_TRY(backend_->upload(*step->in.tokens, tokens, row));
-  KITE_TRY(backend_->upload(*step->in.positions, pos, row));
-  KITE_TRY(backend_->upload(*step->in.token_seq, seq, row));
-  KITE_TRY(backend_->upload(*step->in.kv_slots, slots, row));
-  KITE_TRY(backend_->upload(*step->in.out_rows, out, static_cast<size_t>(o) * sizeof(int32_t)));
-  KITE_TRY(backend_->upload(*step->in.block_table, table, step->in.block_table->nbytes()));
+  KITE_TRY(upload(step->in.tokens, tokens, row));
+  KITE_TRY(upload(step->in.positions, pos, row));
+  KITE_TRY(upload(step->in.token_seq, seq, row));
+  KITE_TRY(upload(step->in.kv_slots, slots, row));
+  KITE_TRY(upload(step->in.out_rows, out, static_cast<size_t>(o) * sizeof(int32_t)));
+  KITE_TRY(upload(step->in.block_table, table, step->in.block_table->nbytes()));
 
   if (opts_.dump_ops.empty() && !opts_.op_observer) {
-    KITE_TRY(backend_->compute(step->graph.nodes()));
-  } else {
-    KITE_TRY(compute_op_by_op(step->graph));
+    KITE_TRY(step->split.compute(backend_ptrs_, copy_staging_, &split_stats_));
+  } else {  // op by op (slower): dump and observe each node
+    static int step_counter = 0;
+    const int step_no = step_counter++;
+    KITE_TRY(step->split.compute(backend_ptrs_, copy_staging_, &split_stats_, [&](Tensor& node, Backend& be) -> Status {
+      if (opts_.op_observer) KITE_TRY(opts_.op_observer(node, be));
+      if (opts_.dump_ops.empty()) return ok_status();
+      const bool match = opts_.dump_ops == "*" || node.name.find(opts_.dump_ops) != std::string::npos ||
+                         std::string(op_name(node.op)).find(opts_.dump_ops) != std::string::npos;
+      return match ? dump_op(node, be, step_no) : ok_status();
+    }));
   }
-  KITE_TRY(backend_->synchronize());
+  for (Backend* b : backend_ptrs_) KITE_TRY(b->synchronize());
   for (const BatchToken& t : batch) kv_->advance(t.seq, std::span<const int32_t>(&t.token, 1));
 
   n_outputs_ = static_cast<size_t>(o);
   std::vector<float>& dst = kind == OutputKind::kHidden ? hidden_ : logits_;
   dst.resize(n_outputs_ * static_cast<size_t>(kind == OutputKind::kHidden ? hp.n_embd : hp.n_vocab));
-  KITE_TRY(backend_->download(*step->out, dst.data(), dst.size() * sizeof(float)));
+  Backend& out_be = *backend_ptrs_[static_cast<size_t>(step->split.backend_of(step->out))];
+  KITE_TRY(out_be.download(*step->out, dst.data(), dst.size() * sizeof(float)));
   if (kind == OutputKind::kLogits) logits_from_eval_ = false;
   return ok_status();
 }
 
-Status Context::compute_op_by_op(const Graph& g) {
-  static int step_counter = 0;
-  const int step_no = step_counter++;
-  for (Tensor* n : g.nodes()) {
-    KITE_TRY(backend_->compute(std::span<Tensor* const>(&n, 1)));
-    if (n->op == Op::kView || n->op == Op::kKvWrite) continue;
-    if (opts_.op_observer) {
-      KITE_TRY(backend_->synchronize());
-      KITE_TRY(opts_.op_observer(*n, *backend_));
-    }
-    if (opts_.dump_ops.empty()) continue;
-    const bool match = opts_.dump_ops == "*" || n->name.find(opts_.dump_ops) != std::string::npos ||
-                       std::string(op_name(n->op)).find(opts_.dump_ops) != std::string::npos;
-    if (match) KITE_TRY(dump_op(*n, step_no));
-  }
-  return ok_status();
-}
-
-Status Context::dump_op(const Tensor& t, int step_no) {
+Status Context::dump_op(const Tensor& t, Backend& backend, int step_no) {
   const Tensor* n = &t;
-  KITE_TRY(backend_->synchronize());
+  KITE_TRY(backend.synchronize());
   // Statistics over the tensor as F32 (row by row, any storage type).
   std::vector<uint8_t> bytes(n->nbytes());
-  KITE_TRY(backend_->download(*n, bytes.data(), bytes.size()));
+  KITE_TRY(backend.download(*n, bytes.data(), bytes.size()));
   double sum = 0, sum2 = 0;
   float mn = INFINITY, mx = -INFINITY;
   int64_t nan = 0;

@@ -1,5 +1,10 @@
 // kite/src/runtime/context.h — per-session state over a shared Model: the KV cache, the graphs
-// (one per batch shape, built once and reused), the activation arena and the backend.
+// (one per batch shape, built once and reused), the activation arenas and the backends.
+//
+// Placement (ContextOptions::gpu_layers, llama.cpp's -ngl): the graph runs on one backend, or
+// split by layer between the CPU (backend 0: token embedding, the first layers) and `device`
+// (backend 1: the last N layers and the output head). Each layer's KV lives on its backend;
+// activations cross at split boundaries only (src/core/split.h).
 //
 // Thread-safety: a Context is used by one thread at a time; many Contexts may share a Model.
 #pragma once
@@ -14,6 +19,7 @@
 
 #include "src/core/backend.h"
 #include "src/core/planner.h"
+#include "src/core/split.h"
 #include "src/kv/kv_cache.h"
 #include "src/model/model.h"
 
@@ -28,6 +34,15 @@ struct ContextOptions {
   int32_t kv_block_size = 16;
   bool prefix_cache = true;
   std::string device = "cpu";
+  // How many transformer layers run on `device` (llama.cpp's -ngl): -1 (default) runs the whole
+  // graph there; N >= 0 runs the *last* N layers and the output norm + LM head on `device` and
+  // the token embedding lookup and the first n_layer - N layers on the CPU (N >= n_layer: every
+  // layer on the device, the lookup on the CPU; 0: all on the CPU). With device "cpu" and N > 0
+  // the device is a second CPU backend instance (tests; measuring what a split costs).
+  int32_t gpu_layers = -1;
+  // Test hook, overrides gpu_layers: the backend (0: the CPU, 1: `device`) of each model part
+  // (-1: the token embedding, 0..n_layer-1: the layers, n_layer: the output head).
+  std::function<int(int32_t layer)> placement;
   // Debug: print every op whose name or op contains this filter ("*" for all) with its shape
   // and statistics to stderr, op by op; with dump_dir, also write each as raw F32 (.f32).
   std::string dump_ops;
@@ -68,19 +83,35 @@ class Context {
   KvCache& kv() { return *kv_; }
   const Model& model() const { return *model_; }
 
+  // The backends the graph runs on: one, or with a split [0] the CPU and [1] the device.
+  size_t n_backends() const { return backends_.size(); }
+  Backend& backend(size_t i) const { return *backends_[i]; }
+  // The backend index of model part `layer` (-1: token embedding, n_layer: output head).
+  int placement(int32_t layer) const { return placement_(layer); }
+  // Copies between backends so far, and the splits / copies of the last step's graph.
+  const SplitStats& split_stats() const { return split_stats_; }
+  int last_splits() const { return last_splits_; }
+  int last_copies() const { return last_copies_; }
+
  private:
   struct Step;
   Context() = default;
+  Status open_backends();
+  Status check_device_memory() const;
   Result<Step*> step_for(int64_t n_tokens, int64_t n_outputs, OutputKind kind);
-  Status compute_op_by_op(const Graph& g);
-  Status dump_op(const Tensor& n, int step_no);
+  Status dump_op(const Tensor& n, Backend& backend, int step_no);
 
   std::shared_ptr<const Model> model_;
   ContextOptions opts_;
-  std::unique_ptr<Backend> backend_;
+  std::vector<std::unique_ptr<Backend>> backends_;
+  std::vector<Backend*> backend_ptrs_;
+  std::function<int(int32_t layer)> placement_;
   std::unique_ptr<KvCache> kv_;
   std::map<std::tuple<int64_t, int64_t, OutputKind>, std::unique_ptr<Step>> steps_;  // (tokens, outputs, kind)
-  std::unique_ptr<Buffer> arena_;
+  std::vector<std::unique_ptr<Buffer>> arenas_;  // per backend, sized to the largest plan
+  std::vector<uint8_t> copy_staging_;            // device-to-device copies
+  SplitStats split_stats_;
+  int last_splits_ = 0, last_copies_ = 0;
   std::vector<float> logits_;
   std::vector<float> hidden_;      // kHidden steps: n_outputs x n_embd
   std::vector<float> all_logits_;  // eval(all_logits): every token's logits
