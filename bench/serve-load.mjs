@@ -4,6 +4,8 @@
 //   node bench/serve-load.mjs URL CONCURRENCY REQUESTS MAX_TOKENS [PROMPT_TOKENS]
 // Prompts are token ids (distinct per request, so no prefix sharing) and greedy, with
 // ignore_eos, so both servers do the same work. Needs Node >= 18 (fetch); no packages.
+// SERVE_LOAD_TRACE=FILE also writes one line per request (start, first token and end in ms
+// from the run's start): whether arrivals and first tokens are spread out or in lock step.
 const [url, conc, total, maxTokens, promptLen = "16"] = process.argv.slice(2);
 if (!url || !conc || !total || !maxTokens) {
   console.error("usage: node bench/serve-load.mjs URL CONCURRENCY REQUESTS MAX_TOKENS [PROMPT_TOKENS]");
@@ -11,8 +13,8 @@ if (!url || !conc || !total || !maxTokens) {
 }
 const C = Number(conc), R = Number(total), N = Number(maxTokens), P = Number(promptLen);
 
-const ttft = [], gaps = [];
-let next = 0;
+const ttft = [], gaps = [], trace = [];
+let next = 0, tStart = 0;
 
 async function one(i) {
   const prompt = Array.from({ length: P }, (_, k) => 100 + ((i * 131 + k * 17) % 3000));
@@ -35,11 +37,16 @@ async function one(i) {
       const ev = JSON.parse(line.slice(5));
       if (!ev.choices || ev.choices.length === 0) continue;
       const now = performance.now();
-      if (last === 0) ttft.push(now - t0);
+      if (last === 0) {
+        ttft.push(now - t0);
+        trace.push({ i, start: +(t0 - tStart).toFixed(1), first: +(now - tStart).toFixed(1), end: 0 });
+      }
       else gaps.push(now - last);
       last = now;
     }
   }
+  const rec = trace.find((r) => r.i === i);
+  if (rec) rec.end = +(performance.now() - tStart).toFixed(1);
 }
 
 async function client() {
@@ -52,6 +59,7 @@ const pct = (v, p) => {
   return s[Math.min(s.length - 1, Math.floor((p / 100) * s.length))];
 };
 const t0 = performance.now();
+tStart = t0;
 await Promise.all(Array.from({ length: C }, client));
 const secs = (performance.now() - t0) / 1000;
 console.log(JSON.stringify({
@@ -60,3 +68,8 @@ console.log(JSON.stringify({
   ttft_ms_p50: +pct(ttft, 50).toFixed(0), ttft_ms_p99: +pct(ttft, 99).toFixed(0),
   itl_ms_p50: +pct(gaps, 50).toFixed(1), itl_ms_p99: +pct(gaps, 99).toFixed(1),
 }));
+if (process.env.SERVE_LOAD_TRACE) {
+  const { writeFileSync } = await import("node:fs");
+  trace.sort((a, b) => a.start - b.start);
+  writeFileSync(process.env.SERVE_LOAD_TRACE, trace.map((r) => JSON.stringify(r)).join("\n") + "\n");
+}

@@ -1,5 +1,6 @@
 // kite serve -m MODEL [--host H] [--port P] [--api-key KEY] [--parallel N] [-c CTX] [--kv-memory SIZE]
-//            [--template NAME|FILE] [--max-queue N] [--timeout S] [--grace S]
+//            [--template NAME|FILE] [--max-queue N] [--timeout S] [--grace S] [--cors ORIGINS]
+//            [--batch N] [--prefill-chunk N] [--log-steps]
 //
 // An OpenAI-compatible HTTP server on the continuous-batching engine (see tools/server/). The
 // socket is bound first (so /health answers 503 while the model loads and warms up), then the
@@ -18,12 +19,28 @@
 namespace kite::tools {
 namespace {
 
+// Prompt tokens per step beside decoding sequences (--prefill-chunk): see
+// SchedulerOptions::max_prefill_tokens and bench/RESULTS.md (serve at 32 streams).
+constexpr int kDefaultPrefill = 64;
+
+// --log-steps: one stderr line per model step, what the step computed and how long it took.
+void log_step(const StepInfo& i) {
+  std::fprintf(stderr,
+               "kite serve: step %lld: %d decode rows (+%d drafted), %d prompt tokens of %d seqs, %d admitted, "
+               "%d first tokens; %.1f ms%s; running %d, waiting %d (+%d prompt tokens)\n",
+               static_cast<long long>(i.step), i.decode_rows, i.drafted, i.prompt_tokens, i.prompt_seqs, i.admitted,
+               i.first_tokens, i.seconds * 1e3, i.new_shape ? " (new shape)" : "", i.running, i.waiting,
+               i.waiting_prompt_tokens);
+}
+
 struct ServeArgs {
   ModelArgs model;
   server::ServerOptions http;
   int parallel = 4;
   int max_queue = 64;
   int batch = 512;
+  int prefill = kDefaultPrefill;
+  bool log_steps = false;
   double grace_s = 10;
   std::string template_name;
   std::string max_body = "8M";
@@ -55,6 +72,8 @@ int run_serve(ServeArgs a) {
   eo.model = a.model;
   eo.parallel = a.parallel;
   eo.scheduler.max_batch_tokens = a.batch;
+  eo.scheduler.max_prefill_tokens = a.prefill;
+  if (a.log_steps) eo.scheduler.on_step = log_step;
   eo.scheduler.max_queued = a.max_queue;
   eo.template_name = a.template_name;
   eo.spec = a.spec;
@@ -125,6 +144,10 @@ void register_serve(CLI::App& app, Action* run) {
   cmd->add_option("--parallel", a->parallel, "Sequences computed at once (slots)")->check(CLI::Range(1, 1024));
   cmd->add_option("--max-queue", a->max_queue, "Waiting requests before answering 429")->check(CLI::Range(1, 100000));
   cmd->add_option("--batch", a->batch, "Tokens per model step")->check(CLI::PositiveNumber);
+  cmd->add_option("--prefill-chunk", a->prefill,
+                  "Prompt tokens per step while other sequences decode (0: up to --batch)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_flag("--log-steps", a->log_steps, "Log each model step's batch composition and time to stderr");
   cmd->add_option("--timeout", a->http.timeout_s, "Seconds a generation may take before it is cut short")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--grace", a->grace_s, "Seconds running requests get to finish on SIGTERM")
@@ -134,6 +157,8 @@ void register_serve(CLI::App& app, Action* run) {
   cmd->add_option("--max-body", a->max_body, "Largest request body (e.g. 8M); larger ones get 413");
   cmd->add_option("--http-threads", a->http.threads, "HTTP worker threads (default: enough for slots and queue)")
       ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--cors", a->http.cors,
+                  "Let browser pages on these origins call the API: '*' or a comma-separated list of origins");
   cmd->add_option("--ssl-cert", a->http.ssl_cert, "TLS certificate (PEM); with --ssl-key serves HTTPS")
       ->check(CLI::ExistingFile);
   cmd->add_option("--ssl-key", a->http.ssl_key, "TLS private key (PEM)")->check(CLI::ExistingFile);

@@ -207,6 +207,7 @@ void Scheduler::admit() {
     if (j->first_admission) j->usage.cached_tokens = matched;
     j->first_admission = false;
     running_.push_back(s);
+    ++admitted_;
   }
 }
 
@@ -231,6 +232,7 @@ void Scheduler::preempt_newest() {
 
 Status Scheduler::step() {
   intake();
+  admitted_ = 0;
   admit();
   if (running_.empty()) {
     jobs_.erase(std::remove_if(jobs_.begin(), jobs_.end(), [](const auto& j) { return j->live == 0; }), jobs_.end());
@@ -240,10 +242,20 @@ Status Scheduler::step() {
   KvCache& kv = ctx_.kv();
   batch_.clear();
   chunks_.clear();
-  int64_t budget = opts_.max_batch_tokens;
+  const int64_t total = opts_.max_batch_tokens;
+  const int64_t cap = opts_.max_prefill_tokens > 0 ? opts_.max_prefill_tokens : total;
+  // Waiting prompts keep a share of every step, however many rows decode (a quarter of a small
+  // budget at most, so that decoding rows are not the ones starved instead).
+  const int64_t reserve = std::min({pending_prompt_tokens(), kMinPromptShare, cap, total / 4});
+  int64_t budget = std::max<int64_t>(total - reserve, 1);
   // Pass 0: sequences with one token pending (decoding), oldest first; they may preempt newer
-  // ones for a block. Pass 1: prompt chunks with what the budget and the pool have left.
+  // ones for a block. Pass 1: prompt chunks with what the budget and the pool have left, at
+  // most `cap` tokens when something decodes (all of the budget when nothing does).
   for (int pass = 0; pass < 2; ++pass) {
+    if (pass == 1) {
+      budget = total - static_cast<int64_t>(batch_.size());
+      if (!chunks_.empty()) budget = std::min(budget, cap);
+    }
     for (size_t i = 0; i < running_.size() && budget > 0;) {
       Seq* s = running_[i];
       const int64_t pending = static_cast<int64_t>(s->tokens.size()) - s->computed;
@@ -310,44 +322,80 @@ Status Scheduler::step() {
     return ok_status();
   }
 
+  StepInfo info = describe_step();
   const auto t0 = std::chrono::steady_clock::now();
   if (auto st = ctx_.decode(batch_); !st) {
     fail_all(st.error());
     return st;
   }
-  const bool decode_only = std::all_of(chunks_.begin(), chunks_.end(), [](const Chunk& c) {
-    return static_cast<int64_t>(c.seq->tokens.size()) - c.seq->computed == 1;
-  });
-  if (decode_only)  // the cost model of speculation: seconds per step against its tokens
-    target_cost_.add(static_cast<double>(batch_.size()),
-                     std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  info.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (info.prompt_seqs == 0)  // the cost model of speculation: seconds per step against its tokens
+    target_cost_.add(static_cast<double>(batch_.size()), info.seconds);
   ++stats_.steps;
   stats_.computed_tokens += static_cast<int64_t>(batch_.size());
   size_t out = 0;
   for (const Chunk& c : chunks_) {
     Seq* s = c.seq;
+    const bool first = s->generated == 0;
     if (c.n_draft > 0) {
       verify(*s, out, c.n_draft);
       out += static_cast<size_t>(c.n_draft) + 1;
-      continue;
-    }
-    s->computed += c.n;
-    if (s->computed != static_cast<int64_t>(s->tokens.size())) continue;
-    const std::span<const float> logits = ctx_.logits(out++);
-    if (s->job->req.params.n > 1 && !s->job->forked) {
-      if (auto st = fork_choices(*s); !st) {
-        finish(*s, FinishReason::kError, st.error().message);
-        continue;
-      }
-      for (auto& c : s->job->seqs) emit_token(*c, logits);
     } else {
-      emit_token(*s, logits);
+      s->computed += c.n;
+      if (s->computed != static_cast<int64_t>(s->tokens.size())) continue;
+      const std::span<const float> logits = ctx_.logits(out++);
+      if (s->job->req.params.n > 1 && !s->job->forked) {
+        if (auto st = fork_choices(*s); !st) {
+          finish(*s, FinishReason::kError, st.error().message);
+          continue;
+        }
+        for (auto& c : s->job->seqs) emit_token(*c, logits);
+      } else {
+        emit_token(*s, logits);
+      }
     }
+    if (first && s->generated > 0) ++info.first_tokens;
   }
   // Retire finished jobs.
   jobs_.erase(std::remove_if(jobs_.begin(), jobs_.end(), [](const auto& j) { return j->live == 0; }), jobs_.end());
   publish_stats();
+  if (opts_.on_step) {
+    info.running = stats_.running;
+    info.waiting = stats_.waiting;
+    info.waiting_prompt_tokens = static_cast<int32_t>(pending_prompt_tokens());
+    opts_.on_step(info);
+  }
   return ok_status();
+}
+
+int64_t Scheduler::pending_prompt_tokens() const {
+  int64_t n = 0;
+  for (const Seq* s : running_) {
+    const int64_t pending = static_cast<int64_t>(s->tokens.size()) - s->computed;
+    if (pending > 1) n += pending;
+  }
+  return n;
+}
+
+// The composition of the step in batch_/chunks_ (before it runs).
+StepInfo Scheduler::describe_step() {
+  StepInfo info;
+  info.step = stats_.steps + 1;
+  info.admitted = admitted_;
+  for (const Chunk& c : chunks_) {
+    const int64_t pending = static_cast<int64_t>(c.seq->tokens.size()) - c.seq->computed;
+    if (pending == 1 && c.n == 1) {
+      ++info.decode_rows;
+      info.drafted += c.n_draft;
+    } else {
+      ++info.prompt_seqs;
+      info.prompt_tokens += c.n;
+    }
+  }
+  size_t outputs = 0;
+  for (const BatchToken& t : batch_) outputs += t.logits ? 1 : 0;
+  info.new_shape = shapes_.insert({batch_.size(), std::max<size_t>(outputs, 1)}).second;
+  return info;
 }
 
 // --- speculative decoding ------------------------------------------------------------------------

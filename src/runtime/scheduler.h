@@ -16,6 +16,10 @@
 //    engine thread), which is also where the callbacks run. Callbacks must not block.
 //  - Admission is first come, first served: a waiting sequence is admitted when a sequence slot
 //    is free and the pool can hold all of its uncomputed tokens (after its prefix-cache match).
+//    It is admitted at the next step and starts its prompt in that step.
+//  - A step takes one row per decoding sequence (oldest first), then prompt chunks (FIFO): all
+//    of the token budget when nothing decodes, at most max_prefill_tokens beside decoding rows,
+//    and never less than a small reserved share while prompts wait (see SchedulerOptions).
 //  - When a running sequence needs a block and none is left, the most recently admitted
 //    sequence is preempted: its blocks are released (full ones stay in the prefix cache), it goes
 //    back to the front of the queue, and it is recomputed later from its prompt and the tokens it
@@ -42,6 +46,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -94,8 +99,31 @@ struct Request {
   std::function<void(const Usage&)> on_done;         // engine thread, once, after the last event
 };
 
+// What one model step computed: for logs (kite serve --log-steps) and for tests of the policy.
+struct StepInfo {
+  int64_t step = 0;             // 1 for the first model step
+  int32_t decode_rows = 0;      // sequences that computed their one pending token (+ proposals)
+  int32_t drafted = 0;          // speculative proposals among the rows
+  int32_t prompt_tokens = 0;    // prompt (or recompute) tokens
+  int32_t prompt_seqs = 0;      // sequences with a prompt chunk in this step
+  int32_t first_tokens = 0;     // sequences that sampled their first token in this step
+  int32_t admitted = 0;         // sequences admitted at the start of this step
+  int32_t running = 0, waiting = 0;  // after the step
+  int32_t waiting_prompt_tokens = 0; // uncomputed prompt tokens of admitted sequences, after the step
+  bool new_shape = false;       // the first step of this (tokens, outputs) shape: its graph was built
+  double seconds = 0;           // the model step (graph build, forward pass, logits)
+};
+
 struct SchedulerOptions {
   int32_t max_batch_tokens = 512;   // tokens per model step (decode tokens + prefill chunks)
+  // Prompt tokens per step while other sequences decode (0: up to max_batch_tokens). Bounds the
+  // step time the decoding sequences wait for, and spreads a burst of arrivals over several
+  // steps so that they do not stay in lock step (arriving, prefilling and finishing together).
+  // A step with nothing decoding takes prompts up to max_batch_tokens; prompts that wait always
+  // get at least min(this, 16, max_batch_tokens / 4) tokens of a step, even when decoding rows
+  // would fill the budget.
+  int32_t max_prefill_tokens = 0;
+  std::function<void(const StepInfo&)> on_step;  // engine thread, after each model step
   int32_t max_queued = 256;         // waiting requests before submit() answers kBusy
   int32_t max_tokens_cap = 0;       // upper bound on any request's max_tokens; 0: the context
   SpeculativeOptions speculative;   // mode kDraft needs the draft Context in the constructor
@@ -111,6 +139,8 @@ struct SchedulerStats {
 
 class Scheduler {
  public:
+  static constexpr int64_t kMinPromptShare = 16;  // prompt tokens a step keeps for waiting prompts
+
   // Sequence slots are the context's (ContextOptions::n_seqs): at most that many run at once.
   // `draft` (speculative mode kDraft) is the draft model's context; check it first with
   // check_speculative() — options that fail it turn speculation off.
@@ -146,6 +176,8 @@ class Scheduler {
   Status draft_step(int64_t* budget);
   void verify(Seq& s, size_t row, int32_t n_draft);
   StepCost step_cost() const;
+  int64_t pending_prompt_tokens() const;  // uncomputed tokens of running sequences with more than one
+  StepInfo describe_step();
   Status fork_choices(Seq& s);
   void fail_all(const Error& e);
   int32_t free_slot() const;
@@ -187,6 +219,8 @@ class Scheduler {
   std::vector<int32_t> max_k_, k_;
   std::vector<size_t> spec_chunks_;
   std::vector<DraftModel::Item> items_;
+  std::set<std::pair<size_t, size_t>> shapes_;  // (tokens, outputs) stepped so far: StepInfo::new_shape
+  int32_t admitted_ = 0;                        // by the last admit()
 };
 
 }  // namespace kite

@@ -242,19 +242,40 @@ Status Engine::load_and_warm_up() {
   KITE_ASSIGN_OR_RETURN(draft_ctx_, load_draft(opts_.spec, opts_.model, *loaded_.model, opts_.parallel));
   KITE_TRY(Scheduler::check_speculative(opts_.scheduler, *loaded_.ctx, draft_ctx_.get()));
   scheduler_ = std::make_unique<Scheduler>(*loaded_.ctx, loaded_.tokenizer, opts_.scheduler, draft_ctx_.get());
-  // Warm-up: one short generation builds the step graphs and touches the weights.
-  Request r;
+  KITE_TRY(warm_up());
+  return ok_status();
+}
+
+// Before /health turns 200, the shapes a busy server meets first are built and run once (their
+// graphs, the activation arena at its largest, the weights paged in), so that the first clients
+// do not pay for them: every slot gets a short prompt, together as long as one step's budget
+// (a burst on an idle server is prefilled in one such step), then decodes a row per slot. When
+// the pool cannot hold that (a small --kv-memory), one short generation does.
+Status Engine::warm_up() {
+  const KvCache& kv = loaded_.ctx->kv();
+  const int32_t slots = kv.n_seqs();
+  const int32_t n_vocab = loaded_.model->hparams().n_vocab;
+  const int64_t per_slot = std::clamp<int64_t>((opts_.scheduler.max_batch_tokens + slots - 1) / slots, 1,
+                                               std::max<int64_t>(kv.n_ctx() - 3, 1));
+  const int64_t blocks = slots * ((per_slot + 2 + kv.block_size() - 1) / kv.block_size());
+  const bool full = blocks <= kv.pool().n_blocks() && slots <= opts_.scheduler.max_queued;
   EncodeOptions eo;
   eo.add_special = true;
-  r.prompt = loaded_.tokenizer->encode("Hello", eo);
-  if (r.prompt.empty()) r.prompt.push_back(0);
-  r.params.max_tokens = 2;
-  r.params.sampling.temperature = 0;
-  r.params.ignore_eos = true;
-  KITE_ASSIGN_OR_RETURN(uint64_t id, scheduler_->submit(std::move(r)));
-  (void)id;
-  KITE_TRY(scheduler_->run_until_idle());
-  return ok_status();
+  const std::vector<int32_t> hello = loaded_.tokenizer->encode("Hello", eo);
+  for (int32_t j = 0; j < (full ? slots : 1); ++j) {
+    Request r;
+    if (full) {
+      for (int64_t k = 0; k < per_slot; ++k)  // distinct prompts: no prefix-cache sharing
+        r.prompt.push_back(static_cast<int32_t>((1 + j * per_slot + k) % n_vocab));
+    } else {
+      r.prompt = hello.empty() ? std::vector<int32_t>{0} : hello;
+    }
+    r.params.max_tokens = 2;
+    r.params.sampling.temperature = 0;
+    r.params.ignore_eos = true;
+    KITE_TRY(scheduler_->submit(std::move(r)));
+  }
+  return scheduler_->run_until_idle();
 }
 
 void Engine::publish() {

@@ -188,6 +188,7 @@ class Engine {
  private:
   void thread_main();
   Status load_and_warm_up();
+  Status warm_up();
   void publish();
   // Runs one input of the oldest auxiliary job; false when there was none.
   bool aux_turn();

@@ -158,6 +158,23 @@ bool ClientConnection::alive() const {
 #endif
 }
 
+std::string cors_allowed_origin(const std::string& cors, const std::string& origin) {
+  if (cors.empty()) return {};
+  if (cors == "*") return "*";
+  if (origin.empty()) return {};
+  size_t start = 0;
+  while (start <= cors.size()) {
+    size_t end = cors.find(',', start);
+    if (end == std::string::npos) end = cors.size();
+    std::string item = cors.substr(start, end - start);
+    item.erase(0, item.find_first_not_of(" \t"));
+    item.erase(item.find_last_not_of(" \t/") + 1);  // "https://a.example/" names the same origin
+    if (!item.empty() && item == origin) return origin;
+    start = end + 1;
+  }
+  return {};
+}
+
 void send_error(httplib::Response& res, const ApiError& e) {
   res.status = e.status;
   if (e.status == 429 || e.status == 503) res.set_header("Retry-After", "1");
@@ -263,6 +280,20 @@ void HttpServer::add_routes() {
     std::string id = req.get_header_value("X-Request-Id");
     if (!valid_request_id(id)) id = random_hex(16);
     res.set_header("X-Request-Id", id);
+    if (const std::string allow = cors_allowed_origin(opts_.cors, req.get_header_value("Origin")); !allow.empty()) {
+      res.set_header("Access-Control-Allow-Origin", allow);
+      if (allow != "*") res.set_header("Vary", "Origin");
+      res.set_header("Access-Control-Expose-Headers", "X-Request-Id");
+      if (req.method == "OPTIONS") {  // preflight: what a cross-origin call may send
+        res.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+        const std::string asked = req.get_header_value("Access-Control-Request-Headers");
+        res.set_header("Access-Control-Allow-Headers",
+                       asked.empty() ? std::string("Authorization, Content-Type, X-Request-Id") : asked);
+        res.set_header("Access-Control-Max-Age", "86400");
+        res.status = 204;
+        return httplib::Server::HandlerResponse::Handled;
+      }
+    }
     if (!opts_.api_key.empty() && req.path != "/" && req.path != "/health") {
       const std::string auth = req.get_header_value("Authorization");
       if (!constant_time_equal(auth, "Bearer " + opts_.api_key)) {

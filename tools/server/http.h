@@ -26,7 +26,16 @@ struct ServerOptions {
   size_t max_body_bytes = 8u << 20;
   int threads = 0;               // HTTP worker threads; 0: enough for the slots and the queue
   std::string ssl_cert, ssl_key; // both set: HTTPS
+  // CORS (--cors): "*" or a comma-separated list of origins ("https://app.example.com") whose
+  // browser pages may call the API: their requests get Access-Control-Allow-* headers and an
+  // OPTIONS preflight is answered 204 (before authentication, as browsers send it without
+  // credentials). Empty: no CORS headers.
+  std::string cors;
 };
+
+// The Access-Control-Allow-Origin value for a request's Origin under a --cors setting; empty
+// when the origin is not allowed (or there is no Origin header and the setting is a list).
+std::string cors_allowed_origin(const std::string& cors, const std::string& origin);
 
 // The status logged for a request whose client left before its answer (nginx's convention).
 constexpr int kClientClosedRequest = 499;
