@@ -113,7 +113,7 @@ TEST_CASE("embed: mean-pooled embeddings match transformers (safetensors and f16
   }
 }
 
-TEST_CASE("embed: pooling equals the hidden states of decode(kHidden); chunks change nothing") {
+TEST_CASE("embed: pooling equals the hidden states of decode(kHidden), chunks change nothing") {
   Loaded l = load(testdata("models/llama-draft"), 512);
   Context& c = *l.ctx;
   const int64_t ne = l.model->hparams().n_embd;

@@ -137,7 +137,7 @@ TEST_CASE("generate: kite run --json-schema and --grammar constrain the output")
   CHECK(bad.err.find("recursion") != std::string::npos);
 }
 
-TEST_CASE("cli: kite help CMD prints that command's help; --version; unknown commands are usage errors") {
+TEST_CASE("cli: kite help CMD prints that command's help, --version, unknown commands are usage errors") {
   auto run = run_kite({"help", "run"});
   CHECK(run.exit_code == 0);
   CHECK(run.out.find("Usage: kite run") != std::string::npos);

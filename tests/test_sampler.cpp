@@ -320,7 +320,7 @@ TEST_CASE("sampler: penalties move the argmax, and leave with the window") {
   }
 }
 
-TEST_CASE("sampler: same seed, same tokens; another seed, other tokens; reset() replays") {
+TEST_CASE("sampler: same seed, same tokens, another seed, other tokens, reset() replays") {
   SamplerParams p;  // the defaults, every filter on
   p.seed = 7;
   std::vector<float> logits(500);
@@ -342,7 +342,7 @@ TEST_CASE("sampler: same seed, same tokens; another seed, other tokens; reset() 
   CHECK(logits == original);
 }
 
-TEST_CASE("sampler: sample() leaves the logits alone; sample_in_place() applies penalties and bias") {
+TEST_CASE("sampler: sample() leaves the logits alone, sample_in_place() applies penalties and bias") {
   SamplerParams p = plain(0.f);
   p.logit_bias = {{2, 10.f}};
   std::vector<float> logits = {1.f, 2.f, 3.f};
@@ -353,7 +353,7 @@ TEST_CASE("sampler: sample() leaves the logits alone; sample_in_place() applies 
   CHECK(logits[2] == 13.f);
 }
 
-TEST_CASE("sampler: greedy takes the lowest id among ties; argmax skips banned tokens") {
+TEST_CASE("sampler: greedy takes the lowest id among ties, argmax skips banned tokens") {
   Sampler g(plain(0.f));
   CHECK(g.sample(std::vector<float>{1.f, 4.f, 2.f, 4.f, 4.f}) == 1);
   CHECK(Sampler::argmax(std::vector<float>{-kInf, -kInf, -5.f}) == 2);
@@ -369,7 +369,7 @@ TEST_CASE("sampler: greedy takes the lowest id among ties; argmax skips banned t
   }
 }
 
-TEST_CASE("sampler: a -inf logit bias bans a token; nothing left gives -1") {
+TEST_CASE("sampler: a -inf logit bias bans a token, nothing left gives -1") {
   SamplerParams p = plain(1.f);
   p.logit_bias = {{1, -kInf}};
   Sampler s(p);
@@ -573,7 +573,7 @@ TEST_CASE("stop matcher: overlapping prefixes (stop \"ab\", text \"aab\")") {
   CHECK(r.stopped);
 }
 
-TEST_CASE("stop matcher: several stop strings; the first to complete wins") {
+TEST_CASE("stop matcher: several stop strings, the first to complete wins") {
   auto r = feed({"END", "\n\n"}, {"one\n", "\ntwo END"});
   CHECK(r.text == "one");
   CHECK(r.index == 1);
@@ -609,7 +609,7 @@ TEST_CASE("stop matcher: UTF-8 stays whole") {
   CHECK(!r.stopped);
 }
 
-TEST_CASE("stop matcher: validate rejects empty, oversized and broken stop strings; reset starts over") {
+TEST_CASE("stop matcher: validate rejects empty, oversized and broken stop strings, reset starts over") {
   CHECK(StopMatcher::validate(std::vector<std::string>{"a", "</s>"}).ok());
   auto st = StopMatcher::validate(std::vector<std::string>{"ok", ""});
   REQUIRE(!st);

@@ -191,7 +191,7 @@ TEST_CASE("scheduler: a shared 200-token prefix is computed once, with the same 
   CHECK(got.tokens == without[0].tokens);
 }
 
-TEST_CASE("scheduler: n choices fork the prompt's blocks; copy-on-write keeps every branch right") {
+TEST_CASE("scheduler: n choices fork the prompt's blocks, copy-on-write keeps every branch right") {
   const auto ps = prompts(3);
   auto ctx = make_context(8);
   GenerationParams p;
@@ -237,7 +237,7 @@ TEST_CASE("scheduler: n choices fork the prompt's blocks; copy-on-write keeps ev
   CHECK(col.at(*id, 0).tokens != col.at(*id, 1).tokens);
 }
 
-TEST_CASE("scheduler: cancel frees the blocks at once; bad requests are refused with a reason") {
+TEST_CASE("scheduler: cancel frees the blocks at once, bad requests are refused with a reason") {
   const auto ps = prompts(2);
   auto ctx = make_context(2);
   SchedulerOptions so;

@@ -58,7 +58,7 @@ double cosine(const std::vector<float>& a, const std::vector<float>& b) {
 
 }  // namespace
 
-TEST_CASE("serve: /v1/embeddings answers strings, arrays, token ids and base64; bad input is 400") {
+TEST_CASE("serve: /v1/embeddings answers strings, arrays, token ids and base64, bad input is 400") {
   ServerProcess srv(serve_args({"--parallel", "2"}));
   REQUIRE_MESSAGE(srv.ok(), srv.log());
   httplib::Client c("127.0.0.1", srv.port());

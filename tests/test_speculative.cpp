@@ -337,7 +337,7 @@ TEST_CASE("speculative: greedy output is identical with a draft model and with n
   }
 }
 
-TEST_CASE("speculative: a draft that never proposes backs off to O(log n) probes; one that is right keeps drafting") {
+TEST_CASE("speculative: a draft that never proposes backs off to O(log n) probes, one that is right keeps drafting") {
   // Decisions from the cost prior only (measure_cost = false): reproducible. The prior here is a
   // memory-bound machine's (an extra row or a draft step costs 1% of a step), where drafting
   // pays even at a low acceptance estimate, so only the back-off limits the probes.
@@ -560,7 +560,7 @@ TEST_CASE("speculative: sampled tokens follow the target's distribution (chi-squ
   CHECK(draft->kv().pool().n_referenced() == 0);
 }
 
-TEST_CASE("speculative: kite run --spec ngram prints the same text and its acceptance; bad flags are usage errors") {
+TEST_CASE("speculative: kite run --spec ngram prints the same text and its acceptance, bad flags are usage errors") {
   // The bf16 model: with quantized weights, one row (decode) and several (verification) go
   // through different activation formats in the CPU matmul (ops_matmul.cpp: q8 per group
   // against the gemm8/tile formats), so a near-tie can flip between plain and speculative
