@@ -3,10 +3,11 @@
 // (kernel + memory), and of the one-row gemv kernel where the level has one; then, for small
 // batches of na activation rows, GB/s of weights read by the ways mul_mat can take them: the
 // per-row dots (4 rows per call), gemm8 (weights read in place, all rows per block), pack +
-// tile_dot (the prefill tiles, packed every step) and the wide 16-row tiles.
+// tile_dot (the prefill tiles, packed every step), the wide 16-row tiles (packed every step) and
+// wgemm (16 weight rows read in place, decoded once for all rows).
 // Not run in CI.
 //
-//   kite-decode-kernels [--types q4_0,q8_0,q4_K,q6_K] [--k 2048] [--na 1,2,4,8,16]
+//   kite-decode-kernels [--types q4_0,q8_0,q4_K,q6_K] [--k 2048] [--na 1,2,4,8,16] [--level avx512]
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -117,6 +118,18 @@ void bench_batches(const cpu::MatmulKernels& mk, const char* level, const quant:
         }
       }
     };
+    alignas(64) float gout[cpu::kWideGemmMaxNa * cpu::kWideTileRows];
+    auto wgemm_rows = [&](int64_t rows) {
+      for (int64_t i = 0; i < rows; i += cpu::kWideTileRows) {
+        const uint8_t* rp[cpu::kWideTileRows];
+        for (int r = 0; r < cpu::kWideTileRows; ++r) rp[r] = w.data() + static_cast<size_t>(i + r) * row_bytes;
+        for (int j0 = 0, nn = 0; j0 < na; j0 += nn) {
+          nn = std::min(cpu::kWideGemmMaxNa, na - j0);
+          mk.wgemm[id](rp, cpu::kWideTileRows, k, at.data() + tab * j0, tab, nn, gout);
+          sink += gout[0];
+        }
+      }
+    };
     const auto tdot8 = t16 ? mk.tile16_dot8 : mk.tile_dot8;
     auto tile_rows = [&](int64_t rows, int mode) {
       for (int64_t i = 0; i < rows; i += cpu::kTileRows) {
@@ -150,6 +163,8 @@ void bench_batches(const cpu::MatmulKernels& mk, const char* level, const quant:
         std::printf(" tiles8 %6.2f", run_rows([&](int64_t r) { tile_rows(r, 2); }, row_bytes, rows, 0.2));
       if (wpack != nullptr)
         std::printf(" wide %6.2f", run_rows(wide_rows, row_bytes, rows / 16 * 16, 0.2));
+      if (mk.wgemm[id] != nullptr)
+        std::printf(" wgemm %6.2f", run_rows(wgemm_rows, row_bytes, rows / 16 * 16, 0.2));
     }
     std::printf(" GB/s\n");
     std::fflush(stdout);
@@ -163,10 +178,12 @@ int main(int argc, char** argv) {
   std::string types = "q4_0,q8_0,q4_K,q6_K";
   int64_t k = 2048;
   std::vector<int> nas;
+  std::string only_level;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--types" && i + 1 < argc) types = argv[++i];
     else if (a == "--k" && i + 1 < argc) k = std::atoll(argv[++i]);
+    else if (a == "--level" && i + 1 < argc) only_level = argv[++i];
     else if (a == "--na" && i + 1 < argc) {
       for (const char* p = argv[++i]; *p != 0;) {
         nas.push_back(std::atoi(p));
@@ -175,7 +192,7 @@ int main(int argc, char** argv) {
       }
     }
     else {
-      std::fprintf(stderr, "usage: kite-decode-kernels [--types t1,t2] [--k K] [--na 1,2,4,8,16]\n");
+      std::fprintf(stderr, "usage: kite-decode-kernels [--types t1,t2] [--k K] [--na 1,2,4,8,16] [--level avx2|avx512]\n");
       return 2;
     }
   }
@@ -205,6 +222,7 @@ int main(int argc, char** argv) {
     for (cpu::SimdLevel level : {cpu::SimdLevel::kAvx2, cpu::SimdLevel::kAvx512}) {
       const cpu::MatmulKernels* mk = cpu::matmul_kernels_for(level);
       if (mk == nullptr || level > cpu::best_simd_level()) continue;
+      if (!only_level.empty() && only_level != (level == cpu::SimdLevel::kAvx2 ? "avx2" : "avx512")) continue;
       const cpu::ActFormat f = cpu::act_format(static_cast<DType>(tr->type));
       std::vector<uint8_t> act(cpu::act_row_bytes(f, k) + 64);
       if (f == cpu::ActFormat::kQ8K) mk->quantize_q8k(x.data(), act.data(), k);

@@ -159,6 +159,7 @@ TEST_CASE("ops: gemm8 small-batch kernels match the packed tiles on the same act
 
 TEST_CASE("ops: mul_mat small batches, every row count 1..17, gemm8 on and off") {
   uint32_t seed = 400;
+  cpu::set_wgemm_rows(0, 0);  // gemm8, the per-row dots and the tiles (wgemm: the test below)
   for (int64_t limit : {cpu::kGemmDefaultMaxRows, int64_t{0}}) {
     cpu::set_gemm8_max_rows(limit);
     REQUIRE(cpu::gemm8_max_rows() == limit);
@@ -176,6 +177,7 @@ TEST_CASE("ops: mul_mat small batches, every row count 1..17, gemm8 on and off")
     }
   }
   cpu::set_gemm8_max_rows(-1);
+  cpu::set_wgemm_rows(-1, -1);
   CHECK(cpu::gemm8_max_rows() == cpu::kGemmDefaultMaxRows);
 }
 
@@ -201,8 +203,8 @@ TEST_CASE("ops: mul_mat 3-D and strided activations") {
   for (DType t : {DType::F32, DType::F16, DType::Q4_0, DType::Q4_K, DType::Q6_K}) {
     check_mul_mat(t, 256, 21, 3, 2, false, seed++);
     check_mul_mat(t, 256, 21, 3, 2, true, seed++);
-    check_mul_mat(t, 256, 21, 5, 2, true, seed++);   // 10 rows: gemm8 (the per-row dots for Q6_K)
-    check_mul_mat(t, 256, 21, 20, 2, true, seed++);  // 40 rows: the prefill tiles
+    check_mul_mat(t, 256, 21, 5, 2, true, seed++);   // 10 rows: wgemm
+    check_mul_mat(t, 256, 21, 20, 2, true, seed++);  // 40 rows: wgemm too (tiles past 64 rows)
   }
 }
 
@@ -460,10 +462,95 @@ TEST_CASE("ops: wide 16-row prefill tiles match the 8-row tiles") {
     }
   }
   if (cpu::best_simd_level() == SimdLevel::kAvx512) CHECK(types == 9);
-  // Through mul_mat: past the small-batch range, a whole and a partial 16-row tile, n % 8 != 0.
+  // Through mul_mat: past the small-batch range, a whole and a partial 16-row tile, n % 8 != 0
+  // (wgemm off: it would take these rows).
   uint32_t seed = 820;
+  cpu::set_wgemm_rows(0, 0);
   for (DType t : {DType::Q4_0, DType::Q8_0, DType::Q4_K, DType::IQ4_XS, DType::Q5_1})
     check_mul_mat(t, quant::find_traits(t)->block_size == 256 ? 512 : 288, 37, 43, 1, false, seed++);
+  cpu::set_wgemm_rows(-1, -1);
+}
+
+TEST_CASE("ops: wgemm batched-decode kernels match the packed tiles on the same activations") {
+  const int max_na = cpu::kWideGemmMaxNa;
+  int types = 0;
+  for (SimdLevel l : cpu::supported_simd_levels()) {
+    if (l == SimdLevel::kScalar) continue;
+    REQUIRE(cpu::matmul_kernels_for(l) != nullptr);
+    const cpu::MatmulKernels& mk = *cpu::matmul_kernels_for(l);
+    for (DType t : kQuantTypes) {
+      const auto id = static_cast<size_t>(t);
+      if (mk.wgemm[id] == nullptr) continue;
+      ++types;
+      const bool t16 = mk.tile16_pack[id] != nullptr;
+      REQUIRE((t16 || mk.tile_pack[id] != nullptr));
+      // Two 256-element super-blocks (K types) or 9 blocks of 32.
+      const int64_t k = quant::find_traits(t)->block_size == 256 ? 512 : 288;
+      const std::vector<float> xf = randn(static_cast<size_t>(k * max_na), 901);
+      const size_t ab = cpu::act_row_bytes(cpu::ActFormat::kQ8, k);
+      std::vector<uint8_t> at(ab * max_na);
+      for (int j = 0; j < max_na; ++j) {
+        mk.quantize_q8(&xf[static_cast<size_t>(j * k)], at.data() + ab * j, k);
+        if (t16)
+          for (size_t b = 0; b < ab; b += sizeof(cpu::ActQ8))
+            for (int i = 0; i < 32; ++i) at[ab * j + b + 8 + i] ^= 0x80;
+      }
+      for (int nrows : {16, 11, 1}) {
+        const std::vector<uint8_t> wb = encode(t, randn(static_cast<size_t>(k * nrows), 902 + nrows), nrows, k);
+        const size_t rb = wb.size() / static_cast<size_t>(nrows);
+        const uint8_t* rows[cpu::kWideTileRows];
+        for (int r = 0; r < nrows; ++r) rows[r] = wb.data() + rb * static_cast<size_t>(r);
+        // The reference: 8-row tiles, one activation row at a time.
+        std::vector<double> ref_all(static_cast<size_t>(max_na * cpu::kWideTileRows), 0.0);
+        for (int h = 0; h * cpu::kTileRows < nrows; ++h) {
+          std::vector<uint8_t> tile(static_cast<size_t>(k / 32) * (t16 ? cpu::kTile16BlockBytes : cpu::kTileBlockBytes));
+          const int n8 = std::min(cpu::kTileRows, nrows - h * cpu::kTileRows);
+          (t16 ? mk.tile16_pack[id] : mk.tile_pack[id])(rows + h * cpu::kTileRows, n8, k, tile.data());
+          for (int j = 0; j < max_na; ++j) {
+            float one[cpu::kTileRows];
+            (t16 ? mk.tile16_dot : mk.tile_dot)[0](k, tile.data(), at.data() + ab * static_cast<size_t>(j), ab, one);
+            for (int r = 0; r < n8; ++r) ref_all[static_cast<size_t>(j * cpu::kWideTileRows + h * cpu::kTileRows + r)] = one[r];
+          }
+        }
+        for (int na : {1, 2, 9, 17, 33, max_na}) {
+          std::vector<float> got(static_cast<size_t>(na * cpu::kWideTileRows), 12345.f);
+          mk.wgemm[id](rows, nrows, k, at.data(), ab, na, got.data());
+          std::vector<float> g;
+          std::vector<double> ref;
+          for (int j = 0; j < na; ++j)
+            for (int r = 0; r < nrows; ++r) {
+              g.push_back(got[static_cast<size_t>(j * cpu::kWideTileRows + r)]);
+              ref.push_back(ref_all[static_cast<size_t>(j * cpu::kWideTileRows + r)]);
+            }
+          INFO(cpu::simd_level_name(l), " ", quant::find_traits(t)->name, " rows ", nrows, " na ", na);
+          CHECK(nmse(g, ref) < 1e-10);  // the same integer sums; only the float rounding differs
+        }
+      }
+    }
+  }
+  if (cpu::best_simd_level() == SimdLevel::kAvx512) CHECK(types == 11);
+}
+
+TEST_CASE("ops: mul_mat batched decode 2..70 rows, wgemm on and off") {
+  uint32_t seed = 950;
+  for (bool wide : {true, false}) {
+    if (wide) cpu::set_wgemm_rows(-1, -1);
+    else cpu::set_wgemm_rows(0, 0);
+    CHECK(cpu::wgemm_max_rows() == (wide ? -1 : 0));
+    for (DType t : {DType::Q4_0, DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q3_K, DType::IQ4_XS,
+                    DType::Q4_1})
+      for (int64_t n : {2, 6, 9, 12, 17, 24, 32, 40, 70}) {
+        // Whole 16-row tiles plus a partial one; K types: two super-blocks.
+        const int64_t k = quant::find_traits(t)->block_size == 256 ? 512 : 288;
+        check_mul_mat(t, k, n % 2 == 0 ? 37 : 21, n, 1, false, seed++);
+      }
+  }
+  // More rows than one wgemm call takes (kWideGemmMaxNa), for the 32-element-scale types too.
+  cpu::set_wgemm_rows(-1, 1000);
+  for (DType t : {DType::Q4_0, DType::Q4_K, DType::IQ4_XS})
+    check_mul_mat(t, quant::find_traits(t)->block_size == 256 ? 512 : 288, 21, 70, 1, false, seed++);
+  cpu::set_wgemm_rows(-1, -1);
+  CHECK(cpu::wgemm_min_rows() == -1);
 }
 
 TEST_CASE("ops: rope with frequency factors (llama.cpp's rope_freqs), which replace the llama3 formula") {

@@ -85,6 +85,13 @@ struct MatmulKernels {
   // Activations as the tiles take them: ActQ8, or ActQ8U for the types with tile16_pack.
   void (*gemm8[kTypeSlots])(const uint8_t* const* rows, int nrows, int64_t k, const uint8_t* act, size_t act_stride,
                             int na, float* out) = {};
+  // Batched decode (AVX-512 VNNI level): 16 weight rows (rows[r], r < nrows) read in place
+  // against na (1..kWideGemmMaxNa) activation rows; each 32-element block of the 16 rows is
+  // decoded and transposed once into 512-bit vectors and dotted with every activation row, so
+  // 2-64 rows decode the weights once and pack nothing. out[j * 16 + r] (also the accumulator:
+  // na * 16 floats, overwritten). Activations as gemm8 takes them.
+  void (*wgemm[kTypeSlots])(const uint8_t* const* rows, int nrows, int64_t k, const uint8_t* act, size_t act_stride,
+                            int na, float* out) = {};
 
   // Row helpers for the other hot ops (attention, rms_norm, swiglu).
   float (*dot_f16_f32)(const uint16_t* a, const float* b, int64_t n) = nullptr;
@@ -117,6 +124,19 @@ static_assert(kGemmMaxNa == 8, "wtile_dot has one entry per activation row count
 inline constexpr int64_t kGemmDefaultMaxRows = 16;
 void set_gemm8_max_rows(int64_t n);
 int64_t gemm8_max_rows();
+
+// Activation rows per wgemm call, and the row range in which mul_mat takes wgemm (where the
+// level has it) over gemm8, the per-row dots and the tiles: [min, max]. A min of -1 (the
+// default) means each type's measured minimum (2 rows where its 16-row decoder is vectorized
+// across rows, 6 for Q6_K, else 9; ops_matmul.cpp); (0, 0) turns wgemm off; a max of -1 (the
+// default) means kWgemmDefaultMaxRows for the 32-element-scale types (the wide tiles take
+// prefill) and no limit for Q6_K/Q3_K (wgemm beats their 8-row tiles at any row count). For
+// benchmarks and tests, as above.
+inline constexpr int kWideGemmMaxNa = 64;
+inline constexpr int64_t kWgemmDefaultMaxRows = 64;
+void set_wgemm_rows(int64_t min_rows, int64_t max_rows);
+int64_t wgemm_min_rows();  // -1: per type
+int64_t wgemm_max_rows();  // -1: per type
 
 // The active level's table, or nullptr at kScalar (ops then use their scalar loops).
 const MatmulKernels* active_kernels();

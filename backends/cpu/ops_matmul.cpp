@@ -5,8 +5,9 @@
 // into shared scratch (each thread its share of rows, then a barrier), then threads take
 // chunks of consecutive weight rows from a shared counter; within a chunk every weight row is
 // dotted with activation rows four at a time, so a chunk's weights stay in L1/L2 while the
-// activations stream past. Small batches (gemm8) and prefill (packed tiles) take whole 8-row
-// tiles instead; matmul_path() below picks one of the three by type and row count.
+// activations stream past. Batched decode (wgemm, 16 weight rows; gemm8, 8 rows) and prefill
+// (packed tiles) take whole tiles of weight rows instead; matmul_path() below picks the way by
+// type and row count.
 #include <atomic>
 #include <cmath>
 #include <cstring>
@@ -63,9 +64,11 @@ VecDotFn fast_kernel(const MatmulKernels* mk, DType t) {
   return mk != nullptr && id < kTypeSlots ? mk->dot[id][0] : nullptr;
 }
 
-// How a mul_mat of n activation rows multiplies its weights (VNNI levels have all three):
+// How a mul_mat of n activation rows multiplies its weights (the AVX-512 VNNI level has all four):
 //   - per-row dots (matmul.h dot[]), up to kMaxNa rows per call: one row (decode), and where
 //     nothing else pays;
+//   - wgemm: 16 weight rows read in place, each block decoded once for up to 64 rows (batched
+//     decode; wgemm_type_min_rows below);
 //   - gemm8: 8 weight rows read in place against up to 8 rows at a time (small batches);
 //   - tiles: 8 weight rows packed once, then every activation row streamed past (prefill).
 // The row ranges are measured with kite-decode-kernels (one thread, weights from DRAM and from
@@ -74,12 +77,31 @@ VecDotFn fast_kernel(const MatmulKernels* mk, DType t) {
 // 8 rows for the 32-element types and up to 16 for Q4_K; at 16 rows the 32-element types are
 // even with the tiles, and at about 24 all are. For the types with 16-element scales (Q6_K,
 // Q3_K) the per-row dots beat both up to 24 rows and tie the tiles at 32.
-enum class MatmulPath { kDots, kGemm8, kTiles };
+enum class MatmulPath { kDots, kGemm8, kWide, kTiles };
 
 constexpr int64_t kTileMinRows = 8;       // rows from which packed tiles beat the per-row dots
 constexpr int64_t kTile16MinRows = 32;    // the same for the 16-element-scale tiles
 
 std::atomic<int64_t> g_gemm_max_rows{kGemmDefaultMaxRows};
+std::atomic<int64_t> g_wgemm_min_rows{-1};
+std::atomic<int64_t> g_wgemm_max_rows{-1};
+
+// wgemm (16 weight rows read in place, decoded once for all activation rows, 512-bit vpdpbusd)
+// against the rest, single thread, kite-decode-kernels (bench/RESULTS.md): 1.5-2.5x gemm8 and
+// the tiles for Q4_K/Q5_K/Q4_0 from 2 rows up; Q8_0 reads its 8-row tiles from DRAM faster in
+// gemm8 below 8 rows; the types decoded row by row (WideDec) pay for the decode below about 8;
+// Q6_K's per-row dots win up to 4-5 rows, Q3_K's up to about 8. Up to 64 rows wgemm also beats
+// the wide tiles; at 128 they are even (prefill keeps the tiles); Q6_K/Q3_K have no wide tiles,
+// and wgemm runs 2.2x their 8-row tiles even at 128 rows, so it takes their prefill too.
+int64_t wgemm_type_min_rows(DType t) {
+  switch (t) {
+    case DType::Q4_0:
+    case DType::Q4_K:
+    case DType::Q5_K: return 2;
+    case DType::Q6_K: return 6;
+    default: return 9;
+  }
+}
 
 // 0: no tiles; 1: 32-element tiles (tile_pack); 2: 16-element-scale tiles (tile16_pack).
 int tile_kind(const MatmulKernels* mk, DType t) {
@@ -93,6 +115,12 @@ int tile_kind(const MatmulKernels* mk, DType t) {
 MatmulPath matmul_path(const MatmulKernels* mk, DType t, int64_t n) {
   const int kind = tile_kind(mk, t);
   if (kind == 0 || n < 2) return MatmulPath::kDots;
+  if (mk->wgemm[static_cast<size_t>(t)] != nullptr) {
+    const int64_t lo = g_wgemm_min_rows.load(std::memory_order_relaxed);
+    const int64_t hi = g_wgemm_max_rows.load(std::memory_order_relaxed);
+    if (n >= (lo < 0 ? wgemm_type_min_rows(t) : lo) && n <= (hi >= 0 ? hi : kind == 2 ? n : kWgemmDefaultMaxRows))
+      return MatmulPath::kWide;
+  }
   const bool gemm = mk->gemm8[static_cast<size_t>(t)] != nullptr && kind == 1;
   if (gemm && n <= g_gemm_max_rows.load(std::memory_order_relaxed)) return MatmulPath::kGemm8;
   return n >= (kind == 2 ? kTile16MinRows : kTileMinRows) ? MatmulPath::kTiles : MatmulPath::kDots;
@@ -136,6 +164,37 @@ void mul_mat_gemm8(Tensor* dst, const KernelCtx& c, const MatmulKernels& mk, con
         for (int jj = 0; jj < na; ++jj) {
           float* o = reinterpret_cast<float*>(out0 + static_cast<size_t>(j0 + jj) * out_stride) + i0;
           for (int rr = 0; rr < nrows; ++rr) o[rr] = r[jj * kTileRows + rr];
+        }
+      }
+    }
+  }
+}
+
+// Phase 2 for batched decode: chunks of whole 16-row tiles, each multiplied in place by all
+// activation rows, kWideGemmMaxNa at a time (one decode of the weights per call).
+void mul_mat_wgemm(Tensor* dst, const KernelCtx& c, const MatmulKernels& mk, const uint8_t* act, size_t stride) {
+  const Tensor* w = dst->src[0];
+  const int64_t k = w->ne[0], m = w->ne[1], n = dst->ne[1];
+  const auto gemm = mk.wgemm[static_cast<size_t>(w->type)];
+  auto* out0 = static_cast<uint8_t*>(dst->data);
+  const size_t out_stride = dst->nb[1];
+  const int64_t n_tiles = (m + kWideTileRows - 1) / kWideTileRows;
+  const int64_t per_chunk = std::max<int64_t>(1, n_tiles / (8 * static_cast<int64_t>(c.nth)));
+  const int64_t n_chunks = (n_tiles + per_chunk - 1) / per_chunk;
+  alignas(64) float r[kWideGemmMaxNa * kWideTileRows];
+  for (int64_t ch = c.counter->fetch_add(1, std::memory_order_relaxed); ch < n_chunks;
+       ch = c.counter->fetch_add(1, std::memory_order_relaxed)) {
+    for (int64_t t = ch * per_chunk; t < std::min(n_tiles, (ch + 1) * per_chunk); ++t) {
+      const int64_t i0 = t * kWideTileRows;
+      const int nrows = static_cast<int>(std::min<int64_t>(kWideTileRows, m - i0));
+      const uint8_t* rows[kWideTileRows];
+      for (int rr = 0; rr < nrows; ++rr) rows[rr] = w->row_ptr(i0 + rr);
+      for (int64_t j0 = 0; j0 < n; j0 += kWideGemmMaxNa) {
+        const int na = static_cast<int>(std::min<int64_t>(kWideGemmMaxNa, n - j0));
+        gemm(rows, nrows, k, act + static_cast<size_t>(j0) * stride, stride, na, r);
+        for (int jj = 0; jj < na; ++jj) {
+          float* o = reinterpret_cast<float*>(out0 + static_cast<size_t>(j0 + jj) * out_stride) + i0;
+          std::memcpy(o, r + jj * kWideTileRows, sizeof(float) * static_cast<size_t>(nrows));
         }
       }
     }
@@ -233,6 +292,12 @@ int64_t gemv_chunk_rows(int64_t m, int nth) {
 
 void set_gemm8_max_rows(int64_t n) { g_gemm_max_rows.store(n < 0 ? kGemmDefaultMaxRows : n, std::memory_order_relaxed); }
 int64_t gemm8_max_rows() { return g_gemm_max_rows.load(std::memory_order_relaxed); }
+void set_wgemm_rows(int64_t min_rows, int64_t max_rows) {
+  g_wgemm_min_rows.store(min_rows < 0 ? -1 : min_rows, std::memory_order_relaxed);
+  g_wgemm_max_rows.store(max_rows < 0 ? -1 : max_rows, std::memory_order_relaxed);
+}
+int64_t wgemm_min_rows() { return g_wgemm_min_rows.load(std::memory_order_relaxed); }
+int64_t wgemm_max_rows() { return g_wgemm_max_rows.load(std::memory_order_relaxed); }
 
 const MatmulKernels* active_kernels() { return kernels_for(active_simd_level()); }
 const MatmulKernels* matmul_kernels_for(SimdLevel level) { return kernels_for(level); }
@@ -383,6 +448,10 @@ void op_mul_mat(Tensor* dst, const KernelCtx& c) {
 
   if (path == MatmulPath::kGemm8) {
     mul_mat_gemm8(dst, c, *mk, act, stride);
+    return;
+  }
+  if (path == MatmulPath::kWide) {
+    mul_mat_wgemm(dst, c, *mk, act, stride);
     return;
   }
   if (path == MatmulPath::kTiles) {
