@@ -405,7 +405,7 @@ TEST_CASE("ops: decode gemv kernels (kQ8G activations) match the per-row dots") 
     for (DType t : {DType::Q4_0, DType::Q8_0})
       for (int64_t k : {224, 288, 672}) check_mul_mat(t, k, 37, 1, 1, false, 700 + static_cast<uint32_t>(k));
   }
-  if (cpu::best_simd_level() == SimdLevel::kAvx512) CHECK(checked >= 12);  // Q4_0 and Q8_0 at 6 sizes
+  if (cpu::best_simd_level() == SimdLevel::kAvx512) CHECK(checked >= 6);  // Q4_0 at 6 sizes
 }
 
 TEST_CASE("ops: wide 16-row prefill tiles match the 8-row tiles") {
