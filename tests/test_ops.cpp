@@ -70,13 +70,7 @@ TEST_CASE("ops: prefill tiles match the per-row kernels on the same activations"
         const size_t rb = wb.size() / static_cast<size_t>(nrows);
         // Activations for the tile (ActQ8, or ActQ8U with codes + 128) and for the row kernel.
         const size_t ab = cpu::act_row_bytes(cpu::ActFormat::kQ8, k);
-        std::vector<uint8_t> at(ab * na);
-        for (int j = 0; j < na; ++j) {
-          mk.quantize_q8(&xf[static_cast<size_t>(j * k)], at.data() + ab * j, k);
-          if (t16)
-            for (size_t b = 0; b < ab; b += sizeof(cpu::ActQ8))
-              for (int i = 0; i < 32; ++i) at[ab * j + b + 8 + i] ^= 0x80;
-        }
+        const std::vector<uint8_t> at = tile_acts(mk, xf, k, na, t16);
         const cpu::ActFormat rf = cpu::act_format(t);
         const size_t rab = cpu::act_row_bytes(rf, k);
         std::vector<uint8_t> ar(rab * na);
@@ -123,13 +117,7 @@ TEST_CASE("ops: gemm8 small-batch kernels match the packed tiles on the same act
       REQUIRE((t16 || mk.tile_pack[id] != nullptr));
       // ActQ8 activations (codes + 128 for the 16-element-scale types), as both paths take them.
       const size_t ab = cpu::act_row_bytes(cpu::ActFormat::kQ8, k);
-      std::vector<uint8_t> at(ab * max_na);
-      for (int j = 0; j < max_na; ++j) {
-        mk.quantize_q8(&xf[static_cast<size_t>(j * k)], at.data() + ab * j, k);
-        if (t16)
-          for (size_t b = 0; b < ab; b += sizeof(cpu::ActQ8))
-            for (int i = 0; i < 32; ++i) at[ab * j + b + 8 + i] ^= 0x80;
-      }
+      const std::vector<uint8_t> at = tile_acts(mk, xf, k, max_na, t16);
       for (int nrows : {8, 5, 1}) {
         const std::vector<uint8_t> wb = encode(t, randn(static_cast<size_t>(k * nrows), 92 + nrows), nrows, k);
         const size_t rb = wb.size() / static_cast<size_t>(nrows);
@@ -488,13 +476,7 @@ TEST_CASE("ops: wgemm batched-decode kernels match the packed tiles on the same 
       const int64_t k = quant::find_traits(t)->block_size == 256 ? 512 : 288;
       const std::vector<float> xf = randn(static_cast<size_t>(k * max_na), 901);
       const size_t ab = cpu::act_row_bytes(cpu::ActFormat::kQ8, k);
-      std::vector<uint8_t> at(ab * max_na);
-      for (int j = 0; j < max_na; ++j) {
-        mk.quantize_q8(&xf[static_cast<size_t>(j * k)], at.data() + ab * j, k);
-        if (t16)
-          for (size_t b = 0; b < ab; b += sizeof(cpu::ActQ8))
-            for (int i = 0; i < 32; ++i) at[ab * j + b + 8 + i] ^= 0x80;
-      }
+      const std::vector<uint8_t> at = tile_acts(mk, xf, k, max_na, t16);
       for (int nrows : {16, 11, 1}) {
         const std::vector<uint8_t> wb = encode(t, randn(static_cast<size_t>(k * nrows), 902 + nrows), nrows, k);
         const size_t rb = wb.size() / static_cast<size_t>(nrows);

@@ -139,62 +139,34 @@ ActFormat act_format_for(const MatmulKernels* mk, DType t, int64_t n) {
   return tile_kind(mk, t) == 2 ? ActFormat::kQ8U : ActFormat::kQ8;
 }
 
-// Phase 2 for small batches: chunks of whole 8-row tiles; each tile's rows are multiplied in
-// place by all activation rows, kGemmMaxNa at a time.
-void mul_mat_gemm8(Tensor* dst, const KernelCtx& c, const MatmulKernels& mk, const uint8_t* act, size_t stride) {
+// Phase 2 with weights read in place (gemm8: 8-row tiles, kGemmMaxNa activation rows a call;
+// wgemm: 16-row tiles, kWideGemmMaxNa a call): chunks of whole tiles, each tile's rows
+// multiplied by all activation rows, one decode of the weights per call.
+using InPlaceGemmFn = void (*)(const uint8_t* const* rows, int nrows, int64_t k, const uint8_t* act, size_t act_stride,
+                               int na, float* out);
+template <int kRows, int kNa>
+void mul_mat_in_place(Tensor* dst, const KernelCtx& c, InPlaceGemmFn gemm, const uint8_t* act, size_t stride) {
   const Tensor* w = dst->src[0];
   const int64_t k = w->ne[0], m = w->ne[1], n = dst->ne[1];
-  const auto gemm = mk.gemm8[static_cast<size_t>(w->type)];
   auto* out0 = static_cast<uint8_t*>(dst->data);
   const size_t out_stride = dst->nb[1];
-  const int64_t n_tiles = (m + kTileRows - 1) / kTileRows;
+  const int64_t n_tiles = (m + kRows - 1) / kRows;
   const int64_t per_chunk = std::max<int64_t>(1, n_tiles / (8 * static_cast<int64_t>(c.nth)));
   const int64_t n_chunks = (n_tiles + per_chunk - 1) / per_chunk;
-  float r[kGemmMaxNa * kTileRows];
+  alignas(64) float r[kNa * kRows];
   for (int64_t ch = c.counter->fetch_add(1, std::memory_order_relaxed); ch < n_chunks;
        ch = c.counter->fetch_add(1, std::memory_order_relaxed)) {
     for (int64_t t = ch * per_chunk; t < std::min(n_tiles, (ch + 1) * per_chunk); ++t) {
-      const int64_t i0 = t * kTileRows;
-      const int nrows = static_cast<int>(std::min<int64_t>(kTileRows, m - i0));
-      const uint8_t* rows[kTileRows];
+      const int64_t i0 = t * kRows;
+      const int nrows = static_cast<int>(std::min<int64_t>(kRows, m - i0));
+      const uint8_t* rows[kRows];
       for (int rr = 0; rr < nrows; ++rr) rows[rr] = w->row_ptr(i0 + rr);
-      for (int64_t j0 = 0; j0 < n; j0 += kGemmMaxNa) {
-        const int na = static_cast<int>(std::min<int64_t>(kGemmMaxNa, n - j0));
+      for (int64_t j0 = 0; j0 < n; j0 += kNa) {
+        const int na = static_cast<int>(std::min<int64_t>(kNa, n - j0));
         gemm(rows, nrows, k, act + static_cast<size_t>(j0) * stride, stride, na, r);
         for (int jj = 0; jj < na; ++jj) {
           float* o = reinterpret_cast<float*>(out0 + static_cast<size_t>(j0 + jj) * out_stride) + i0;
-          for (int rr = 0; rr < nrows; ++rr) o[rr] = r[jj * kTileRows + rr];
-        }
-      }
-    }
-  }
-}
-
-// Phase 2 for batched decode: chunks of whole 16-row tiles, each multiplied in place by all
-// activation rows, kWideGemmMaxNa at a time (one decode of the weights per call).
-void mul_mat_wgemm(Tensor* dst, const KernelCtx& c, const MatmulKernels& mk, const uint8_t* act, size_t stride) {
-  const Tensor* w = dst->src[0];
-  const int64_t k = w->ne[0], m = w->ne[1], n = dst->ne[1];
-  const auto gemm = mk.wgemm[static_cast<size_t>(w->type)];
-  auto* out0 = static_cast<uint8_t*>(dst->data);
-  const size_t out_stride = dst->nb[1];
-  const int64_t n_tiles = (m + kWideTileRows - 1) / kWideTileRows;
-  const int64_t per_chunk = std::max<int64_t>(1, n_tiles / (8 * static_cast<int64_t>(c.nth)));
-  const int64_t n_chunks = (n_tiles + per_chunk - 1) / per_chunk;
-  alignas(64) float r[kWideGemmMaxNa * kWideTileRows];
-  for (int64_t ch = c.counter->fetch_add(1, std::memory_order_relaxed); ch < n_chunks;
-       ch = c.counter->fetch_add(1, std::memory_order_relaxed)) {
-    for (int64_t t = ch * per_chunk; t < std::min(n_tiles, (ch + 1) * per_chunk); ++t) {
-      const int64_t i0 = t * kWideTileRows;
-      const int nrows = static_cast<int>(std::min<int64_t>(kWideTileRows, m - i0));
-      const uint8_t* rows[kWideTileRows];
-      for (int rr = 0; rr < nrows; ++rr) rows[rr] = w->row_ptr(i0 + rr);
-      for (int64_t j0 = 0; j0 < n; j0 += kWideGemmMaxNa) {
-        const int na = static_cast<int>(std::min<int64_t>(kWideGemmMaxNa, n - j0));
-        gemm(rows, nrows, k, act + static_cast<size_t>(j0) * stride, stride, na, r);
-        for (int jj = 0; jj < na; ++jj) {
-          float* o = reinterpret_cast<float*>(out0 + static_cast<size_t>(j0 + jj) * out_stride) + i0;
-          std::memcpy(o, r + jj * kWideTileRows, sizeof(float) * static_cast<size_t>(nrows));
+          std::memcpy(o, r + jj * kRows, sizeof(float) * static_cast<size_t>(nrows));
         }
       }
     }
@@ -447,11 +419,11 @@ void op_mul_mat(Tensor* dst, const KernelCtx& c) {
   }
 
   if (path == MatmulPath::kGemm8) {
-    mul_mat_gemm8(dst, c, *mk, act, stride);
+    mul_mat_in_place<kTileRows, kGemmMaxNa>(dst, c, mk->gemm8[static_cast<size_t>(w->type)], act, stride);
     return;
   }
   if (path == MatmulPath::kWide) {
-    mul_mat_wgemm(dst, c, *mk, act, stride);
+    mul_mat_in_place<kWideTileRows, kWideGemmMaxNa>(dst, c, mk->wgemm[static_cast<size_t>(w->type)], act, stride);
     return;
   }
   if (path == MatmulPath::kTiles) {
