@@ -222,32 +222,30 @@ int main(int argc, char** argv) {
     for (cpu::SimdLevel level : {cpu::SimdLevel::kAvx2, cpu::SimdLevel::kAvx512}) {
       const cpu::MatmulKernels* mk = cpu::matmul_kernels_for(level);
       if (mk == nullptr || level > cpu::best_simd_level()) continue;
-      if (!only_level.empty() && only_level != (level == cpu::SimdLevel::kAvx2 ? "avx2" : "avx512")) continue;
+      const char* level_name = level == cpu::SimdLevel::kAvx2 ? "avx2" : "avx512";
+      if (!only_level.empty() && only_level != level_name) continue;
       const cpu::ActFormat f = cpu::act_format(static_cast<DType>(tr->type));
       std::vector<uint8_t> act(cpu::act_row_bytes(f, k) + 64);
       if (f == cpu::ActFormat::kQ8K) mk->quantize_q8k(x.data(), act.data(), k);
       else mk->quantize_q8(x.data(), act.data(), k);
-      const cpu::VecDotFn dot = mk->dot[static_cast<size_t>(tr->type)][0];
-      float r = 0.f;
-      dot(k, row.data(), act.data(), 0, &r);
-      const double hot = run(dot, w.data(), row_bytes, hot_rows, k, act.data(), 0.3);
-      const double cold = run(dot, w.data(), row_bytes, cold_rows, k, act.data(), 0.3);
-      std::printf("%-6s %-6s k=%lld  hot %6.2f GB/s (%5.2f ns/block)  dram %6.2f GB/s  dot=%g\n",
-                  level == cpu::SimdLevel::kAvx2 ? "avx2" : "avx512", name.c_str(), static_cast<long long>(k), hot,
-                  static_cast<double>(tr->type_size) / hot, cold, static_cast<double>(r));
+      // One row kernel over the same weights, hot in cache and streamed from DRAM.
+      auto measure = [&](const char* label, cpu::VecDotFn fn, const uint8_t* a) {
+        float r = 0.f;
+        fn(k, row.data(), a, 0, &r);
+        const double hot = run(fn, w.data(), row_bytes, hot_rows, k, a, 0.3);
+        const double cold = run(fn, w.data(), row_bytes, cold_rows, k, a, 0.3);
+        std::printf("%-6s %-6s k=%lld  %shot %6.2f GB/s (%5.2f ns/block)  dram %6.2f GB/s  dot=%g\n", level_name,
+                    name.c_str(), static_cast<long long>(k), label, hot, static_cast<double>(tr->type_size) / hot, cold,
+                    static_cast<double>(r));
+      };
+      measure("", mk->dot[static_cast<size_t>(tr->type)][0], act.data());
       // The one-row kernel mul_mat uses for decode where the level has one (kQ8G activations).
       if (const cpu::VecDotFn gemv = mk->gemv[static_cast<size_t>(tr->type)]; gemv != nullptr) {
         std::vector<uint8_t> actg(cpu::act_row_bytes(cpu::ActFormat::kQ8G, k) + 64);
         mk->quantize_q8g(x.data(), actg.data(), k);
-        float rg = 0.f;
-        gemv(k, row.data(), actg.data(), 0, &rg);
-        const double ghot = run(gemv, w.data(), row_bytes, hot_rows, k, actg.data(), 0.3);
-        const double gcold = run(gemv, w.data(), row_bytes, cold_rows, k, actg.data(), 0.3);
-        std::printf("%-6s %-6s k=%lld  gemv hot %6.2f GB/s (%5.2f ns/block)  dram %6.2f GB/s  dot=%g\n",
-                    level == cpu::SimdLevel::kAvx2 ? "avx2" : "avx512", name.c_str(), static_cast<long long>(k), ghot,
-                    static_cast<double>(tr->type_size) / ghot, gcold, static_cast<double>(rg));
+        measure("gemv ", gemv, actg.data());
       }
-      bench_batches(*mk, level == cpu::SimdLevel::kAvx2 ? "avx2" : "avx512", *tr, k, x, w, row_bytes, cold_rows, nas);
+      bench_batches(*mk, level_name, *tr, k, x, w, row_bytes, cold_rows, nas);
     }
   }
   return 0;
