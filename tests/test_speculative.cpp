@@ -206,6 +206,42 @@ TEST_CASE("speculative: draft lengths follow acceptance and cost") {
   CHECK(k[1] == 0);
   plan_draft_lengths(std::vector<double>{0.9, 0.9}, max_k, 2, memory_bound, 5, k);
   CHECK(k[0] + k[1] <= 5);  // the step budget
+  // A fit that measured extra rows as free still drafts (a row is never taken as costing 0,
+  // which would make every proposal's gain per cost undefined and none chosen).
+  StepCost free_rows{1.0, 0.0, 0.0, 0.0};
+  plan_draft_lengths(std::vector<double>{0.6, 0.6}, max_k, 2, free_rows, 64, k);
+  CHECK(k[0] >= 4);
+  CHECK(k[1] >= 4);
+}
+
+TEST_CASE("speculative: the step cost fit follows each size's usual time, not its outliers") {
+  // A decode step of n tokens costs 1.0 + 0.1 n ms; one in five is stalled 5-20x (a loaded
+  // machine), and the first of each size built its graph (10x).
+  auto cost = [](int n) { return (1.0 + 0.1 * n) * 1e-3; };
+  StepCostFit f;
+  CHECK_FALSE(f.ready());
+  uint64_t rng = 7;
+  auto stall = [&rng] {
+    rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+    return (rng >> 33) % 5 == 0 ? 5.0 + static_cast<double>((rng >> 40) % 16) : 1.0;
+  };
+  f.add(1, 10 * cost(1));
+  for (int i = 0; i < 200; ++i) f.add(1, cost(1) * stall());
+  CHECK_FALSE(f.ready());  // one size: no slope yet
+  CHECK(f.mean_seconds() == doctest::Approx(cost(1)).epsilon(0.01));
+  // One slow first step of a new size must not set the slope (a plain least-squares fit over
+  // the raw times would make an extra token cost ~5 steps here).
+  f.add(3, 10 * cost(3));
+  CHECK_FALSE(f.ready());
+  for (int i = 0; i < 40; ++i) f.add(3, cost(3) * stall());
+  for (int i = 0; i < 40; ++i) f.add(9, cost(9) * stall());
+  REQUIRE(f.ready());
+  CHECK(f.a() == doctest::Approx(1.0e-3).epsilon(0.02));
+  CHECK(f.b() == doctest::Approx(0.1e-3).epsilon(0.05));
+  // A sustained change (the machine got slower) is followed within a window.
+  for (int i = 0; i < StepCostFit::kWindow; ++i) f.add(1, 2 * cost(1)), f.add(3, 2 * cost(3)), f.add(9, 2 * cost(9));
+  CHECK(f.a() == doctest::Approx(2.0e-3).epsilon(0.02));
+  CHECK(f.b() == doctest::Approx(0.2e-3).epsilon(0.05));
 }
 
 namespace {

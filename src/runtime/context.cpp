@@ -119,6 +119,7 @@ Status Context::check_device_memory() const {
 Result<Context::Step*> Context::step_for(int64_t n_tokens, int64_t n_outputs, OutputKind kind) {
   auto key = std::make_tuple(n_tokens, n_outputs, kind);
   auto it = steps_.find(key);
+  last_built_graph_ = it == steps_.end();
   if (it == steps_.end()) {
     // Continuous batching meets many shapes; keep the cache of built graphs bounded.
     if (steps_.size() >= 256) steps_.clear();

@@ -92,6 +92,8 @@ class Context {
   const SplitStats& split_stats() const { return split_stats_; }
   int last_splits() const { return last_splits_; }
   int last_copies() const { return last_copies_; }
+  // Whether the last decode built its graph (the first step of its shape, so a slower one).
+  bool last_built_graph() const { return last_built_graph_; }
 
  private:
   struct Step;
@@ -120,6 +122,7 @@ class Context {
   std::vector<BatchToken> eval_batch_;
   size_t n_outputs_ = 0;
   bool logits_from_eval_ = false;
+  bool last_built_graph_ = false;
 };
 
 }  // namespace kite

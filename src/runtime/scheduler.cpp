@@ -329,8 +329,9 @@ Status Scheduler::step() {
     return st;
   }
   info.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  if (info.prompt_seqs == 0)  // the cost model of speculation: seconds per step against its tokens
-    target_cost_.add(static_cast<double>(batch_.size()), info.seconds);
+  // The cost model of speculation: seconds per decode step against its tokens (not the first
+  // step of a shape, which also built its graph).
+  if (info.prompt_seqs == 0 && !ctx_.last_built_graph()) target_cost_.add(static_cast<double>(batch_.size()), info.seconds);
   ++stats_.steps;
   stats_.computed_tokens += static_cast<int64_t>(batch_.size());
   size_t out = 0;
@@ -400,19 +401,29 @@ StepInfo Scheduler::describe_step() {
 
 // --- speculative decoding ------------------------------------------------------------------------
 
+// Whether a fit of a decode step's cost is usable: an extra token costing more than the step's
+// fixed part is not what a decode step does (its weights are read once for all rows); such a
+// fit comes from a loaded machine whose stalls fell unevenly on the step sizes.
+static bool plausible(const StepCostFit& f, double* a, double* b) {
+  if (!f.ready()) return false;
+  f.fit(a, b);
+  return *b <= *a;
+}
+
 // The options' prior, in seconds once the target has a few measured steps; each fit replaces
-// its half of it when ready (nothing is measured without measure_cost).
+// its half of it when ready and plausible (nothing is measured without measure_cost).
 StepCost Scheduler::step_cost() const {
   const SpeculativeOptions& so = opts_.speculative;
   const bool draft = so.mode == SpecMode::kDraft;
   StepCost c = so.cost_prior;
   if (!draft) c.draft_fixed = c.draft_per_token = 0;
   if (!so.measure_cost) return c;
-  if (target_cost_.ready()) {
-    const double scale = c.target_fixed > 0 ? target_cost_.a() / c.target_fixed : 1.0;
+  double a = 0, b = 0;
+  if (plausible(target_cost_, &a, &b)) {
+    const double scale = c.target_fixed > 0 ? a / c.target_fixed : 1.0;
     c.draft_fixed *= scale, c.draft_per_token *= scale;
-    c.target_fixed = target_cost_.a();
-    c.target_per_token = target_cost_.b();
+    c.target_fixed = a;
+    c.target_per_token = b;
   } else if (target_cost_.observations() >= 3) {  // one step size so far: scale the prior to it
     const double prior = c.target_fixed + c.target_per_token * target_cost_.mean_tokens();
     const double scale = prior > 0 ? target_cost_.mean_seconds() / prior : 1.0;
@@ -420,7 +431,15 @@ StepCost Scheduler::step_cost() const {
   } else {
     return c;  // no unit to compare the draft's seconds with yet
   }
-  if (draft && draft_cost_.ready()) c.draft_fixed = draft_cost_.a(), c.draft_per_token = draft_cost_.b();
+  if (!draft) return c;
+  if (plausible(draft_cost_, &a, &b)) {
+    c.draft_fixed = a, c.draft_per_token = b;
+  } else if (draft_cost_.observations() > 0) {  // the prior's draft/target ratio can be far off:
+    // a small draft model's step costs what its layers' fixed overheads cost, not its size
+    const double prior = c.draft_fixed + c.draft_per_token * draft_cost_.mean_tokens();
+    const double scale = prior > 0 ? draft_cost_.mean_seconds() / prior : 1.0;
+    c.draft_fixed *= scale, c.draft_per_token *= scale;
+  }
   return c;
 }
 
@@ -442,7 +461,9 @@ Status Scheduler::draft_step(int64_t* budget) {
     cap = std::min(cap, kv.n_ctx() - len - 1);
     s->draft.clear();
     if (cap <= 0) continue;
-    if (so.adaptive && !s->backoff.ready()) continue;  // backed off: no lookup, no draft catch-up
+    // A draft model backs off after fruitless probes (each costs draft steps and a catch-up); an
+    // n-gram lookup costs nothing, so it looks every step and the plan weighs its acceptance.
+    if (so.adaptive && so.mode == SpecMode::kDraft && !s->backoff.ready()) continue;
     if (so.mode == SpecMode::kNgram) {
       if (!s->ngram) s->ngram.emplace(so.ngram_min, so.ngram_max);
       s->ngram->update(s->tokens);
@@ -479,9 +500,8 @@ Status Scheduler::draft_step(int64_t* budget) {
       SpecStats ds;
       KITE_TRY(drafter_->propose(items_, ds));
       stats_.draft_steps += ds.draft_steps;
-      if (drafter_->last_depth() > 0)
-        draft_cost_.add(static_cast<double>(drafter_->last_tokens()) / drafter_->last_depth(),
-                        drafter_->last_seconds() / drafter_->last_depth());
+      for (const DraftModel::StepTime& t : drafter_->last_steps())
+        draft_cost_.add(static_cast<double>(t.tokens), t.seconds);
     }
   }
   // Rebuild the batch: pending token, then the proposals that fit in free blocks.
@@ -560,7 +580,8 @@ void Scheduler::verify(Seq& s, size_t row, int32_t n_draft) {
   stats_.drafted += n_draft;
   stats_.accepted += accepted;
   s.acceptance.record(n_draft, accepted);
-  if (opts_.speculative.adaptive) s.backoff.record(accepted, opts_.speculative.backoff_cap);  // a probe
+  if (opts_.speculative.adaptive && opts_.speculative.mode == SpecMode::kDraft)
+    s.backoff.record(accepted, opts_.speculative.backoff_cap);  // a probe
   if (s.done) return;  // finish() released both caches
   // tokens = ..., pending, accepted proposals, the new pending token: positions up to the
   // accepted ones are in the KV, the rest of the proposals are not part of the sequence.

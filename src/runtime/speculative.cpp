@@ -210,10 +210,8 @@ constexpr int64_t kDraftChunk = 512;  // catch-up tokens per draft step at most
 }  // namespace
 
 Status DraftModel::propose(std::span<Item> items, SpecStats& stats) {
-  const auto t0 = std::chrono::steady_clock::now();
   KvCache& kv = ctx_.kv();
-  last_depth_ = 0;
-  last_tokens_ = 0;
+  last_steps_.clear();
   // Per item: the next index of `tokens` to feed (catch-up), or tokens.size() when caught up.
   first_.assign(items.size(), 0);
   active_.clear();
@@ -257,14 +255,16 @@ Status DraftModel::propose(std::span<Item> items, SpecStats& stats) {
         want_logits.push_back(i);
       }
     }
+    const auto t0 = std::chrono::steady_clock::now();
     if (auto st = ctx_.decode(batch_); !st) {
       for (const Item& it : items) reset(it.slot);
       return st;
     }
+    if (!ctx_.last_built_graph())
+      last_steps_.push_back({static_cast<int64_t>(batch_.size()),
+                             std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()});
     for (const BatchToken& t : batch_) seen(t.seq).push_back(t.token);
     ++stats.draft_steps;
-    ++last_depth_;
-    last_tokens_ += static_cast<int64_t>(batch_.size());
     size_t o = 0;
     for (int32_t i : want_logits) {
       Item& it = items[static_cast<size_t>(i)];
@@ -286,37 +286,74 @@ Status DraftModel::propose(std::span<Item> items, SpecStats& stats) {
     }
     std::erase_if(active_, [&](int32_t i) { return items[static_cast<size_t>(i)].k < 0; });
   }
-  last_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return ok_status();
 }
 
 // --- policy ------------------------------------------------------------------------------------
 
 namespace {
-constexpr double kForget = 0.97;  // per observation
+constexpr size_t kMaxSizes = 256;  // step sizes tracked apart; larger ones share the last slot
+}  // namespace
+
+double StepCostFit::Size::cost() const {
+  std::array<float, kWindow> v = last;
+  const int32_t c = count();
+  std::nth_element(v.begin(), v.begin() + c / 4, v.begin() + c);
+  return v[static_cast<size_t>(c / 4)];
 }
 
 void StepCostFit::add(double tokens, double seconds) {
-  s0_ = s0_ * kForget + 1;
-  sn_ = sn_ * kForget + tokens;
-  st_ = st_ * kForget + seconds;
-  snn_ = snn_ * kForget + tokens * tokens;
-  snt_ = snt_ * kForget + tokens * seconds;
+  if (!(tokens >= 0) || !(seconds >= 0)) return;
+  const size_t i = std::min(static_cast<size_t>(std::lround(tokens)), kMaxSizes - 1);
+  if (i >= sizes_.size()) sizes_.resize(i + 1);
+  Size& z = sizes_[i];
+  z.last[static_cast<size_t>(z.n % kWindow)] = static_cast<float>(seconds);
+  ++z.n;
+  z.tokens += (tokens - z.tokens) / static_cast<double>(std::min<int64_t>(z.n, kWindow));
   ++n_;
 }
 
-bool StepCostFit::var_ok() const {
-  return s0_ * snn_ - sn_ * sn_ > 1e-9 * s0_ * s0_;
+bool StepCostFit::ready() const {
+  int k = 0;
+  for (const Size& z : sizes_) k += z.n >= kMinObs ? 1 : 0;
+  return k >= 2;
 }
 
-double StepCostFit::b() const {
-  if (!var_ok()) return 0;
-  return std::max(0.0, (s0_ * snt_ - sn_ * st_) / (s0_ * snn_ - sn_ * sn_));
+void StepCostFit::fit(double* a, double* b) const {
+  double s0 = 0, sn = 0, st = 0, snn = 0, snt = 0;
+  for (const Size& z : sizes_) {
+    if (z.n < kMinObs) continue;
+    const double w = z.count(), t = z.cost();
+    s0 += w, sn += w * z.tokens, st += w * t, snn += w * z.tokens * z.tokens, snt += w * z.tokens * t;
+  }
+  const double den = s0 * snn - sn * sn;
+  *b = den > 1e-9 * s0 * s0 ? std::max(0.0, (s0 * snt - sn * st) / den) : 0.0;
+  *a = s0 > 0 ? std::max(1e-7, (st - *b * sn) / s0) : 0.0;
 }
 
 double StepCostFit::a() const {
-  if (s0_ <= 0) return 0;
-  return std::max(1e-7, (st_ - b() * sn_) / s0_);
+  double a = 0, b = 0;
+  fit(&a, &b);
+  return a;
+}
+
+double StepCostFit::b() const {
+  double a = 0, b = 0;
+  fit(&a, &b);
+  return b;
+}
+
+double StepCostFit::mean_tokens() const {
+  double s = 0, w = 0;
+  for (const Size& z : sizes_) s += z.count() * z.tokens, w += z.count();
+  return w > 0 ? s / w : 0;
+}
+
+double StepCostFit::mean_seconds() const {
+  double s = 0, w = 0;
+  for (const Size& z : sizes_)
+    if (z.n > 0) s += z.count() * z.cost(), w += z.count();
+  return w > 0 ? s / w : 0;
 }
 
 void AcceptanceEstimate::record(int32_t drafted, int32_t accepted) {
@@ -336,7 +373,9 @@ void plan_draft_lengths(std::span<const double> rate, std::span<const int32_t> m
   double tokens = static_cast<double>(rate.size());  // every decoding sequence emits one token
   double time = cost.target_fixed + cost.target_per_token * static_cast<double>(base_tokens);
   int32_t depth = 0, used = 0;
-  const double per_row = cost.target_per_token + cost.draft_per_token;
+  // A row is never free (a fit can measure a slope of 0 on a noisy machine; then every
+  // proposal would be a gain of infinity per nothing and none would be chosen).
+  const double per_row = std::max(cost.target_per_token + cost.draft_per_token, 0.01 * cost.target_fixed);
   while (used < budget) {
     double best = 0, best_de = 0, best_dt = 0;
     int32_t best_i = -1, best_add = 0;

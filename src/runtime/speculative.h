@@ -23,6 +23,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -159,10 +160,13 @@ class DraftModel {
   void reset(int32_t slot);
   // Drops what the draft holds past the common prefix with `tokens`.
   void rollback(int32_t slot, std::span<const int32_t> tokens);
-  // Seconds and tokens of the last propose() (for the cost model).
-  double last_seconds() const { return last_seconds_; }
-  int32_t last_depth() const { return last_depth_; }
-  int64_t last_tokens() const { return last_tokens_; }
+  // The draft steps of the last propose() that reused a built graph: tokens and seconds of
+  // each (for the cost model).
+  struct StepTime {
+    int64_t tokens = 0;
+    double seconds = 0;
+  };
+  std::span<const StepTime> last_steps() const { return last_steps_; }
   Context& context() { return ctx_; }
 
  private:
@@ -179,18 +183,16 @@ class DraftModel {
   std::vector<int32_t> active_;
   std::vector<int64_t> first_;
   std::vector<float> logits_;
-  double last_seconds_ = 0;
-  int32_t last_depth_ = 0;
-  int64_t last_tokens_ = 0;
+  std::vector<StepTime> last_steps_;
 };
 
 // --- policy ------------------------------------------------------------------------------------
 
-// A sequence's exponential back-off after fruitless probes (adaptive mode). A probe is a step
-// in which the sequence was given a draft (a draft-model run, or n-gram proposals to verify);
-// it is fruitless when no proposal came back or none was accepted. After the i-th fruitless
-// probe in a row the sequence skips min(2^(i-1), cap) steps without drafting at all (no lookup,
-// no draft-model catch-up); a probe that accepted at least two proposals resets it, and one
+// A sequence's exponential back-off after fruitless probes (adaptive mode, draft model only:
+// n-gram lookup is free, so it looks every step and the plan weighs its acceptance). A probe is
+// a step in which the sequence was given a draft-model run; it is fruitless when no proposal
+// came back or none was accepted. After the i-th fruitless probe in a row the sequence skips
+// min(2^(i-1), cap) steps without drafting at all (no draft-model catch-up); a probe that accepted at least two proposals resets it, and one
 // that accepted exactly one keeps the current wait (one token rarely pays for a draft step and
 // a verified row; resetting on it made a pair that cannot pay probe again every step). Over n
 // steps of a drafter that is never right it probes about log2(n) times while the waits grow,
@@ -218,21 +220,40 @@ class ProbeBackoff {
   int32_t wait_ = 0, level_ = 0;
 };
 
-// An online least-squares fit of seconds = a + b * tokens with exponential forgetting.
+// Measured seconds per step against its tokens, fitted as seconds = a + b * tokens. Each step
+// size (tokens, rounded) keeps its last kWindow times, and its cost is their lower quartile:
+// a step that was preempted, or that built a graph, only makes a time longer, so the quartile
+// follows what the step costs (and a sustained change within a few steps) while outliers do
+// not move it. The line is a least-squares fit through the sizes seen at least kMinObs times,
+// each weighted by its count (capped at the window), so one odd step of a rare size cannot set
+// the slope on its own (a plain fit over raw observations could: one slow first 3-token step
+// among hundreds of 1-token ones made every extra row look as costly as a whole step).
 class StepCostFit {
  public:
+  static constexpr int kMinObs = 3;
+  static constexpr int kWindow = 16;
   void add(double tokens, double seconds);
-  bool ready() const { return n_ >= 6 && var_ok(); }
+  // At least two sizes seen kMinObs times each.
+  bool ready() const;
+  // The line (a, b when ready(); a the mean cost and b 0 with one size; 0, 0 with none).
+  void fit(double* a, double* b) const;
   double a() const;
   double b() const;
-  // Before it is ready (e.g. every step had the same size): the observations' mean.
+  // Before it is ready (e.g. every step had the same size): the count-weighted mean over the
+  // sizes' costs and tokens.
   int64_t observations() const { return n_; }
-  double mean_tokens() const { return s0_ > 0 ? sn_ / s0_ : 0; }
-  double mean_seconds() const { return s0_ > 0 ? st_ / s0_ : 0; }
+  double mean_tokens() const;
+  double mean_seconds() const;
 
  private:
-  bool var_ok() const;
-  double s0_ = 0, sn_ = 0, st_ = 0, snn_ = 0, snt_ = 0;
+  struct Size {
+    double tokens = 0;                  // running mean (sizes are rounded)
+    std::array<float, kWindow> last{};  // ring of the last times
+    int64_t n = 0;
+    double cost() const;  // the lower quartile of the window
+    int32_t count() const { return static_cast<int32_t>(std::min<int64_t>(n, kWindow)); }
+  };
+  std::vector<Size> sizes_;  // [rounded tokens], the last one collects all larger steps
   int64_t n_ = 0;
 };
 
