@@ -7,7 +7,9 @@
 #                lib/: the shared libraries they need beyond glibc/libstdc++ and CUDA's own
 #   testdata/    the GGUF test files and heldout.txt (the GPU tests)
 #   paths.env    the paths compiled into kite-tests (testdata, kite binary, build folder)
-# Then, with the device tool:  run  command="bash bench/cuda-device.sh"  carry=["build-gpu-carry"]
+# Then, with the device tool:  run  command="bash bench/cuda-device.sh"  carry=["build-gpu-carry"]  timeout_s=540
+# The test data is all of ../shared/testdata/gguf: the GPU perplexity test reads every file that
+# peer-reference.json lists (all of them), and the greedy tests the F16 ones.
 #   bench/cuda-device-prepare.sh [BUILD_DIR=build-cuda]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -45,3 +47,4 @@ cp "$src"/heldout.txt "$carry/testdata/"
 du -sh "$carry" "$carry"/*
 total=$(( $(du -sb "$carry" | cut -f1) + $(git ls-files -z --cached --others --exclude-standard | xargs -0 du -cb 2>/dev/null | tail -1 | cut -f1) ))
 echo "carried with the tree: about $((total / 1048576)) MiB of 64 MiB"
+[ "$total" -lt $((64 * 1048576)) ] || { echo "over the device tool's 64 MiB: trim $carry" >&2; exit 1; }

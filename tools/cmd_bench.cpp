@@ -1,8 +1,9 @@
 // kite bench — llama-bench style prompt processing (pp) and generation (tg) speed, with the
 // achieved bandwidth of generation against this machine's measured read bandwidth.
 //   kite bench -m MODEL [-p 512] [-n 128] [-r 3] [-t N]
-//   kite bench --synthetic llama-1b --type q4_K [--write-gguf OUT.gguf]
+//   kite bench --synthetic llama-8b --type q4_K_M [--write-gguf OUT.gguf] [--device cuda --bandwidth GBS]
 //   kite bench -m MODEL --parallel 1,4,16 [--text FILE] [--spec ngram | --draft MODEL] [--temp T]
+//   kite bench ... -p 512 -n 128 --and-parallel 1,16,64 [--parallel-prompt 128 --parallel-gen 32]: both
 #include <algorithm>
 #include <chrono>
 #include <cstring>
@@ -32,8 +33,12 @@ struct BenchArgs {
   int threads = 0;
   std::string device = "cpu";  // where to compute (cpu, cuda)
   int32_t gpu_layers = -1;     // layers on `device` (-1: all)
+  double bandwidth = 0;        // GB/s that tg's achieved GB/s is compared with (0: measure the host's for cpu)
   bool json = false;
   std::vector<int> parallel;  // batched mode: concurrent sequences per run (llama-batched-bench's -npl)
+  std::vector<int> and_parallel;  // after pp/tg: the batched test at these counts, on the same model
+  int parallel_prompt = 128;      // ... with prompts of this many tokens
+  int parallel_gen = 32;          // ... generating this many each
   std::string text;           // batched mode: prompts cut from this text instead of random tokens
   float temperature = 0.f;    // batched mode: sampling temperature (0: greedy)
   SpecArgs spec;              // batched mode: speculative decoding
@@ -180,20 +185,35 @@ int run_batched(const BenchArgs& a, const std::shared_ptr<const Model>& model, c
   return kExitOk;
 }
 
+// What a model weighs: every tensor, and what one decode step reads (all but a token embedding
+// that is not also the output matrix).
+struct ModelSize {
+  std::string name;
+  uint64_t weight_bytes = 0, decode_bytes = 0, params = 0;
+};
+
+int run_single(const BenchArgs& a, const std::shared_ptr<const Model>& model, const ModelSize& size, int threads);
+
 int run_bench(const BenchArgs& a) {
   std::unique_ptr<WeightSource> source;
   if (!a.synthetic.empty()) {
-    const quant::TypeTraits* tr = quant::find_traits(a.type);
-    if (tr == nullptr) {
-      std::cerr << "kite bench: unknown weight type '" << a.type << "'\n";
+    auto plan = plan_synthetic(a.synthetic, a.type);
+    if (!plan) {
+      std::cerr << "kite bench: " << plan.error().message << "\n";
       return kExitUsage;
     }
-    std::cerr << "kite bench: building synthetic " << a.synthetic << " (" << tr->name << ")\n";
-    auto s = make_synthetic(a.synthetic, tr->type);
+    char gib[32];
+    std::snprintf(gib, sizeof gib, "%.2f", static_cast<double>(plan->total_bytes) / double(1ull << 30));
+    std::cerr << "kite bench: building " << plan->name << " (" << gib << " GiB)\n";
+    const auto t0 = std::chrono::steady_clock::now();
+    auto s = make_synthetic(a.synthetic, a.type);
     if (!s) {
       std::cerr << "kite bench: " << s.error().message << "\n";
       return kExitFailure;
     }
+    char secs[32];
+    std::snprintf(secs, sizeof secs, "%.1f", seconds_since(t0));
+    std::cerr << "kite bench: built " << plan->name << " in " << secs << " s\n";
     source = std::move(*s);
   } else {
     auto s = WeightSource::open(a.model);
@@ -239,21 +259,38 @@ int run_bench(const BenchArgs& a) {
   }
   const int threads = a.threads > 0 ? a.threads : cpu::ThreadPool::physical_cores();
   if (!a.parallel.empty()) return run_batched(a, *model, text, decode_bytes, threads);
+  const ModelSize size{name, weight_bytes, decode_bytes, params};
+  if (const int rc = run_single(a, *model, size, threads); rc != kExitOk || a.and_parallel.empty()) return rc;
+  // The batched test on the same model (built once), with its own prompt and generation sizes.
+  BenchArgs b = a;
+  b.parallel = a.and_parallel;
+  b.n_prompt = a.parallel_prompt;
+  b.n_gen = a.parallel_gen;
+  std::fflush(stdout);
+  return run_batched(b, *model, text, decode_bytes, threads);
+}
+
+// llama-bench style: pp (one batch of n_prompt tokens) and tg (n_gen tokens one at a time).
+int run_single(const BenchArgs& a, const std::shared_ptr<const Model>& model, const ModelSize& size, int threads) {
+  const std::string& name = size.name;
+  const uint64_t weight_bytes = size.weight_bytes, decode_bytes = size.decode_bytes, params = size.params;
   ContextOptions opts;
   opts.n_threads = a.threads;
   opts.device = a.device;
   opts.gpu_layers = a.gpu_layers;
   opts.n_ctx = std::max(16, a.n_prompt + a.n_gen);
-  auto ctx = Context::create(*model, opts);
+  auto ctx = Context::create(model, opts);
   if (!ctx) {
     std::cerr << "kite bench: " << ctx.error().message << "\n";
     return kExitFailure;
   }
   // The host's read bandwidth bounds CPU decode; a GPU's is measured by its own tool
-  // (kite-cuda-bandwidth), so it is not compared here.
-  const double bw = a.device == "cpu" ? measure_read_bandwidth(threads) : 0.0;
+  // (kite-cuda-bandwidth) and passed in with --bandwidth.
+  const double bw = a.bandwidth > 0                    ? a.bandwidth
+                    : a.device == "cpu" && a.n_gen > 0 ? measure_read_bandwidth(threads)
+                                                       : 0.0;
   std::mt19937 rng(7);
-  std::uniform_int_distribution<int32_t> tok(3, static_cast<int32_t>((*model)->hparams().n_vocab - 1));
+  std::uniform_int_distribution<int32_t> tok(3, static_cast<int32_t>(model->hparams().n_vocab - 1));
   std::vector<int32_t> prompt(static_cast<size_t>(a.n_prompt));
   for (auto& t : prompt) t = tok(rng);
 
@@ -285,23 +322,33 @@ int run_bench(const BenchArgs& a) {
   const double pp_ts = pp.empty() ? 0 : median(pp), tg_ts = tg.empty() ? 0 : median(tg);
   const double tg_gbs = tg_ts * static_cast<double>(decode_bytes) / 1e9;
   if (a.json) {
-    std::printf("{\"model\": \"%s\", \"bytes\": %llu, \"params\": %llu, \"threads\": %d, \"pp\": %d, \"pp_ts\": %.2f, "
-                "\"tg\": %d, \"tg_ts\": %.2f, \"tg_gbs\": %.2f, \"read_gbs\": %.2f}\n",
-                name.c_str(), static_cast<unsigned long long>(weight_bytes), static_cast<unsigned long long>(params),
-                threads, a.n_prompt, pp_ts, a.n_gen, tg_ts, tg_gbs, bw);
+    std::printf(
+        "{\"model\": \"%s\", \"device\": \"%s\", \"bytes\": %llu, \"decode_bytes\": %llu, \"params\": %llu, "
+        "\"threads\": %d, \"pp\": %d, \"pp_ts\": %.2f, \"tg\": %d, \"tg_ts\": %.2f, \"tg_gbs\": %.2f, "
+        "\"read_gbs\": %.2f}\n",
+        name.c_str(), a.device.c_str(), static_cast<unsigned long long>(weight_bytes),
+        static_cast<unsigned long long>(decode_bytes), static_cast<unsigned long long>(params), threads, a.n_prompt,
+        pp_ts, a.n_gen, tg_ts, tg_gbs, bw);
     return kExitOk;
   }
   std::printf("| model | size | params | threads | test | t/s | GB/s |\n|---|---:|---:|---:|---|---:|---:|\n");
   if (!pp.empty())
     std::printf("| %s | %.2f GiB | %.2f B | %d | pp%d | %.2f | |\n", name.c_str(), weight_bytes / double(1ull << 30),
                 params / 1e9, threads, a.n_prompt, pp_ts);
-  if (!tg.empty() && bw > 0)
+  if (!tg.empty() && bw > 0 && a.device == "cpu")
     std::printf("| %s | %.2f GiB | %.2f B | %d | tg%d | %.2f | %.1f (%.0f%% of %.1f) |\n", name.c_str(),
                 weight_bytes / double(1ull << 30), params / 1e9, threads, a.n_gen, tg_ts, tg_gbs, 100 * tg_gbs / bw, bw);
+  else if (!tg.empty() && bw > 0)
+    std::printf("| %s | %.2f GiB | %.2f B | %s | tg%d | %.2f | %.1f (%.0f%% of %.1f) |\n", name.c_str(),
+                weight_bytes / double(1ull << 30), params / 1e9, a.device.c_str(), a.n_gen, tg_ts, tg_gbs,
+                100 * tg_gbs / bw, bw);
   else if (!tg.empty())
     std::printf("| %s | %.2f GiB | %.2f B | %s | tg%d | %.2f | %.1f |\n", name.c_str(), weight_bytes / double(1ull << 30),
                 params / 1e9, a.device.c_str(), a.n_gen, tg_ts, tg_gbs);
-  if (bw > 0) std::printf("(median of %d; machine read bandwidth %.1f GB/s, %d threads)\n", a.reps, bw, threads);
+  if (bw > 0 && a.bandwidth > 0)
+    std::printf("(median of %d; device %s; read bandwidth %.1f GB/s as given)\n", a.reps, a.device.c_str(), bw);
+  else if (bw > 0)
+    std::printf("(median of %d; machine read bandwidth %.1f GB/s, %d threads)\n", a.reps, bw, threads);
   else std::printf("(median of %d; device %s)\n", a.reps, a.device.c_str());
   return kExitOk;
 }
@@ -312,9 +359,12 @@ void register_bench(CLI::App& app, Action* run) {
   auto* cmd = app.add_subcommand("bench", "Prompt processing and generation speed (llama-bench style)");
   auto a = std::make_shared<BenchArgs>();
   auto* m = cmd->add_option("-m,--model", a->model, "A GGUF file or a Hugging Face folder");
-  auto* s = cmd->add_option("--synthetic", a->synthetic, "A random-weight model: tiny, llama-1b, llama-3b, llama-8b");
+  auto* s = cmd->add_option("--synthetic", a->synthetic,
+                            "A random-weight model: tiny, llama-1b, llama-3b, llama-8b (Llama-3-8B's shape)");
   m->excludes(s);
-  cmd->add_option("--type", a->type, "Weight type of the synthetic model (f16, q4_0, q4_K, q8_0, ...)");
+  cmd->add_option("--type", a->type,
+                  "Weights of the synthetic model: a type for every matrix (f16, q4_0, q8_0, q4_K, ...) or a "
+                  "llama.cpp mix with its per-tensor types (q4_K_M, q5_K_M, q3_K_M, ...)");
   cmd->add_option("--write-gguf", a->write_gguf, "Also write the model as this GGUF file");
   cmd->add_option("-p,--n-prompt", a->n_prompt, "Prompt tokens (pp test; 0: skip)")->check(CLI::NonNegativeNumber);
   cmd->add_option("-n,--n-gen", a->n_gen, "Generated tokens (tg test; 0: skip)")->check(CLI::NonNegativeNumber);
@@ -322,10 +372,25 @@ void register_bench(CLI::App& app, Action* run) {
   cmd->add_option("-t,--threads", a->threads, "Threads (default: all physical cores)")->check(CLI::NonNegativeNumber);
   cmd->add_option("--device", a->device, "Where to compute: cpu or cuda (when built with CUDA)");
   add_gpu_layers_flag(cmd, &a->gpu_layers);
-  cmd->add_flag("--json", a->json, "Print one JSON line");
+  cmd->add_option("--bandwidth", a->bandwidth,
+                  "GB/s to compare generation's achieved GB/s with (e.g. kite-cuda-bandwidth's figure for "
+                  "--device cuda; default: the host's read bandwidth, measured, for --device cpu)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_flag("--json", a->json, "Print the pp/tg results as one JSON line (--and-parallel's table follows it)");
   cmd->add_option("--parallel", a->parallel,
                   "Batched mode: concurrent sequences through the scheduler, e.g. 1,4,16,64 (llama-batched-bench's -npl)")
       ->delimiter(',')
+      ->check(CLI::PositiveNumber);
+  auto* ap = cmd->add_option("--and-parallel", a->and_parallel,
+                             "After the pp/tg test, the batched test at these sequence counts on the same model "
+                             "(one load or synthetic build for both), e.g. 1,16,64")
+                 ->delimiter(',')
+                 ->check(CLI::PositiveNumber);
+  ap->excludes("--parallel");
+  cmd->add_option("--parallel-prompt", a->parallel_prompt,
+                  "With --and-parallel: prompt tokens per sequence (default 128)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--parallel-gen", a->parallel_gen, "With --and-parallel: tokens generated per sequence (default 32)")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--text", a->text, "Batched mode: prompts cut from this text file (default: random tokens)")
       ->check(CLI::ExistingFile);

@@ -52,7 +52,15 @@ kite_context_params kite_context_default_params(void) {
   p.kv_type = KITE_KV_F16;
   p.prefix_cache = true;
   p.device = "cpu";
+  p.gpu_layers = -1;
   return p;
+}
+
+const char* kite_device_name(size_t i) {
+  return guard_value<const char*>("kite_device_name", nullptr, [&]() -> const char* {
+    static const std::vector<std::string> names = backend_names();  // fixed once the built-ins register
+    return i < names.size() ? names[i].c_str() : nullptr;
+  });
 }
 
 kite_status kite_context_new(kite_model* model, const kite_context_params* params, kite_context** out_ctx) {
@@ -69,6 +77,16 @@ kite_status kite_context_new(kite_model* model, const kite_context_params* param
     if (p.n_seq_max <= 0) return bad("n_seq_max", p.n_seq_max, "> 0");
     if (p.n_threads < 0) return bad("n_threads", p.n_threads, ">= 0 (0: every core)");
     if (p.n_batch <= 0) return bad("n_batch", p.n_batch, "> 0");
+    if (p.gpu_layers < -1)
+      return bad("gpu_layers", p.gpu_layers, "-1 (every layer on the device), 0 (none) or a layer count");
+    const std::string device = p.device != nullptr ? p.device : "cpu";
+    const std::vector<std::string> devices = backend_names();
+    if (std::find(devices.begin(), devices.end(), device) == devices.end()) {
+      std::string known;
+      for (const std::string& d : devices) known += (known.empty() ? "" : ", ") + d;
+      return fail(KITE_ERROR_INVALID_ARGUMENT,
+                  std::string(kFn) + ": device '" + device + "' is not one this build has (" + known + ")");
+    }
     ContextOptions o;
     switch (p.kv_type) {
       case KITE_KV_F16:
@@ -90,7 +108,8 @@ kite_status kite_context_new(kite_model* model, const kite_context_params* param
     o.n_seqs = p.n_seq_max;
     o.n_threads = p.n_threads;
     o.prefix_cache = p.prefix_cache;
-    o.device = p.device != nullptr ? p.device : "cpu";
+    o.device = device;
+    o.gpu_layers = p.gpu_layers;
     auto c = Context::create(model->model, o);
     if (!c) return fail(capi::status_of(c.error()), std::string(kFn) + ": " + c.error().message);
     auto out = std::make_unique<kite_context>();

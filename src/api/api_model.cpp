@@ -76,6 +76,8 @@ kite_status status_of(const Error& e) {
   // The KV cache reports a full context or pool in these words (no ErrorCode of its own).
   if (e.message.find("context full") != std::string::npos || e.message.find("KV cache full") != std::string::npos)
     return KITE_ERROR_CONTEXT_FULL;
+  // Context::create's check of the weights and KV cache against a device's free memory.
+  if (e.message.find("does not fit in device memory") != std::string::npos) return KITE_ERROR_OUT_OF_MEMORY;
   return KITE_ERROR_FAILED;
 }
 

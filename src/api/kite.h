@@ -197,6 +197,9 @@ KITE_API kite_status kite_chat_apply_template(const kite_model *model, const cha
 
 typedef enum kite_kv_type { KITE_KV_F16 = 0, KITE_KV_BF16 = 1, KITE_KV_F32 = 2, KITE_KV_Q8_0 = 3 } kite_kv_type;
 
+/* Contexts are made from kite_context_default_params() with fields changed: the struct may grow
+ * (new fields at the end) between versions, so always start from the defaults, and rebuild an
+ * app against the kite.h of the libkite it loads (0.x versions do not keep the struct's size). */
 typedef struct kite_context_params {
   int32_t n_ctx;       /* positions per sequence (default 2048); must be > 0 */
   int32_t n_seq_max;   /* sequences the context holds at once (default 1) */
@@ -204,10 +207,28 @@ typedef struct kite_context_params {
   int32_t n_batch;     /* tokens per model step in kite_generate / kite_embed (default 512) */
   kite_kv_type kv_type;
   bool prefix_cache;   /* reuse KV blocks of earlier prompts with the same beginning (default true) */
-  const char *device;  /* where to compute: "cpu" (the default; NULL means it too) */
+  /* Where to compute: a name kite_device_name lists, "cpu" (the default; NULL means it too) or
+   * "cuda" (an NVIDIA GPU, in builds with CUDA). A name this build lacks is
+   * KITE_ERROR_INVALID_ARGUMENT; a device it has but the machine lacks (no GPU) KITE_ERROR_FAILED. */
+  const char *device;
+  /* How many transformer layers run on `device` (llama.cpp's -ngl, kite's --gpu-layers):
+   *   -1 (default): the whole model on `device`;
+   *    0: the whole model on the CPU (`device` is not opened);
+   *    N > 0: the last N layers and the output norm + head on `device`, the token embedding and
+   *      the first n_layer - N layers on the CPU (N >= n_layer: every layer on `device`); the
+   *      activations cross once per step. With device "cpu" the second part runs on a second CPU
+   *      backend (the results equal the unsplit ones; for testing a split).
+   * Below -1: KITE_ERROR_INVALID_ARGUMENT. When the layers do not fit in the device's memory,
+   * kite_context_new fails with KITE_ERROR_OUT_OF_MEMORY and a message naming a count that fits. */
+  int32_t gpu_layers;
 } kite_context_params;
 
 KITE_API kite_context_params kite_context_default_params(void);
+
+/* The compute devices this build of libkite has, i = 0, 1, ...: "cuda" (builds with CUDA) and
+ * "cpu" (always, last); NULL past the end. Having a device does not mean the machine has one:
+ * kite_context_new says so. The strings live as long as the library. */
+KITE_API const char *kite_device_name(size_t i);
 
 /* A context over `model` (which must outlive it). `params` may be NULL (defaults). */
 KITE_API kite_status kite_context_new(kite_model *model, const kite_context_params *params, kite_context **out_ctx);

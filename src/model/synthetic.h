@@ -4,6 +4,7 @@
 
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "formats/memory_source.h"
@@ -16,13 +17,34 @@ struct SyntheticShape {
   float rope_theta;
 };
 
-// llama-1b (Llama-3.2-1B), llama-3b (Llama-3.2-3B), llama-8b (Llama-3-8B), vocabulary 32000;
-// plus "tiny" for tests.
+// llama-1b (Llama-3.2-1B's layers), llama-3b (Llama-3.2-3B's), both with a 32000-token vocabulary
+// and an untied output matrix (the numbers in bench/RESULTS.md use these); llama-8b is
+// Llama-3-8B exactly (vocabulary 128256, 32 layers, n_embd 4096, n_ff 14336, 32 heads, 8 KV
+// heads); plus "tiny" for tests.
 const std::vector<SyntheticShape>& synthetic_shapes();
 
-// Builds the model with every matrix in `type` (norms F32) and a placeholder SPM vocabulary.
-// Rows are random N(0, 0.02) values quantized once and repeated (speed does not depend on the
-// values, and quantizing billions of weights would dominate the benchmark's start-up).
-Result<std::unique_ptr<MemorySource>> make_synthetic(std::string_view shape, quant::Type type, uint64_t seed = 1);
+// A synthetic model without its bytes: the tensors' names, shapes (ggml order), types and sizes
+// (TensorInfo::data is null), in file order. Cheap for every shape (tests check the 8B one).
+struct SyntheticPlan {
+  const SyntheticShape* shape = nullptr;
+  std::string name;  // "synthetic-llama-8b-q4_K_M"
+  std::vector<gguf::TensorInfo> tensors;
+  uint64_t total_bytes = 0;
+};
+
+// `type` names the weights' types:
+//   - a ggml type ("q4_0", "q8_0", "q4_K", "f16", ...): every matrix in that type, the token
+//     embedding and the output matrix included (llama-quantize --pure);
+//   - a llama.cpp file type that is not a type name ("q4_K_M", "q5_K_M", "q3_K_L", "q4_K_S",
+//     ...): its per-tensor rules, the ones `kite quantize` applies (formats/quant_mix.h): for
+//     Q4_K_M, output.weight Q6_K and attn_v / ffn_down Q6_K in llama.cpp's use_more_bits layers.
+// Norms are F32 either way. Errors name an unknown shape or type and list the known ones.
+Result<SyntheticPlan> plan_synthetic(std::string_view shape, std::string_view type);
+
+// Builds the planned model with a placeholder SPM vocabulary. Rows are random N(0, 0.02) values:
+// 64 rows per type and row length, quantized once and repeated through every matrix of that
+// kind (speed does not depend on the values, and quantizing billions of weights would dominate
+// the benchmark's start-up). Deterministic for a seed.
+Result<std::unique_ptr<MemorySource>> make_synthetic(std::string_view shape, std::string_view type, uint64_t seed = 1);
 
 }  // namespace kite

@@ -78,5 +78,7 @@ void test_chat_template(void);
 void test_log(void);
 void test_errors(void);
 void test_examples(void);
+/* In test_c_api_device.c. */
+void test_placement(void);
 
 #endif /* KITE_C_API_TEST_H */

@@ -526,7 +526,7 @@ static const Case kCases[] = {
     {"embed", test_embed},       {"state", test_state},
     {"chat_template", test_chat_template},     {"log", test_log},
     {"errors", test_errors},     {"examples", test_examples},
-    {"threads", test_threads},
+    {"threads", test_threads},   {"placement", test_placement},
 };
 
 int main(int argc, char **argv) {

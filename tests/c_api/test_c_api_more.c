@@ -268,7 +268,7 @@ void test_errors(void) {
   CHECK_ERROR(kite_context_new(NULL, NULL, &c), KITE_ERROR_INVALID_ARGUMENT, "model is NULL");
   p = kite_context_default_params();
   p.device = "abacus";
-  CHECK_ERROR(kite_context_new(m, &p, &c), KITE_ERROR_FAILED, "abacus");
+  CHECK_ERROR(kite_context_new(m, &p, &c), KITE_ERROR_INVALID_ARGUMENT, "abacus");
   CHECK(c == NULL, "no context");
   c = new_context(m, 16);
   REQUIRE(c != NULL, "context");
