@@ -32,7 +32,7 @@ inline ProcessResult run_kite(const std::vector<std::string>& args, const std::s
   std::filesystem::create_directories(dir);
   const std::string base = (dir / (std::to_string(::getpid()) + "-" + std::to_string(counter++))).string();
   std::string cmd = shell_quote(KITE_EXE);
-  for (const auto& a : args) cmd += " " + shell_quote(a);
+  for (const auto& a : args) cmd.append(" ").append(shell_quote(a));  // (not " " + x: g++ 12's -Wrestrict false positive)
   if (!input.empty()) {
     FILE* in = std::fopen((base + ".in").c_str(), "wb");
     std::fwrite(input.data(), 1, input.size(), in);
