@@ -64,7 +64,9 @@ VecDotFn fast_kernel(const MatmulKernels* mk, DType t) {
   return mk != nullptr && id < kTypeSlots ? mk->dot[id][0] : nullptr;
 }
 
-// How a mul_mat of n activation rows multiplies its weights (the AVX-512 VNNI level has all four):
+// How a mul_mat of n activation rows multiplies its weights (the AVX-512 VNNI level has all four;
+// the AVX2 level all but wgemm, and tiles and gemm8 not for Q8_0/IQ4_NL/IQ4_XS, whose codes are
+// past maddubs' exact range, matmul_x86_tiles.inc):
 //   - per-row dots (matmul.h dot[]), up to kMaxNa rows per call: one row (decode), and where
 //     nothing else pays;
 //   - wgemm: 16 weight rows read in place, each block decoded once for up to 64 rows (batched
@@ -103,6 +105,26 @@ int64_t wgemm_type_min_rows(DType t) {
   }
 }
 
+// Rows from which gemm8 beats the per-row dots. At the AVX2 level (no VNNI: gemm8 on maddubs
+// chains, matmul_x86_tiles.inc) measured apart (kite-decode-kernels --level avx2, one thread;
+// kite-bench-kernels --levels avx2 --gemm-max 0/16, the whole op): from 2 rows for the
+// 32-element types (1.4x at 2 rows for Q4_0/Q5_0, 2x at 8) but from 4 for Q4_K/Q5_K, whose
+// dots lead at 2-3 rows (1.2x at 2; even at 4, gemm8 1.25x at 6). The 16-element-scale types
+// keep the rule below at both levels: at AVX2 too their dots beat gemm8 at 8-16 rows (by 15%)
+// and the tiles up to 24 (by 8-12%), and tie the tiles at 32.
+bool is_avx2_level(const MatmulKernels* mk) {
+#if defined(KITE_CPU_X86_KERNELS)
+  return mk == &matmul_kernels_avx2();
+#else
+  (void)mk;
+  return false;
+#endif
+}
+
+int64_t gemm8_min_rows(const MatmulKernels* mk, DType t) {
+  return is_avx2_level(mk) && (t == DType::Q4_K || t == DType::Q5_K) ? 4 : 2;
+}
+
 // 0: no tiles; 1: 32-element tiles (tile_pack); 2: 16-element-scale tiles (tile16_pack).
 int tile_kind(const MatmulKernels* mk, DType t) {
   const auto id = static_cast<size_t>(t);
@@ -122,7 +144,8 @@ MatmulPath matmul_path(const MatmulKernels* mk, DType t, int64_t n) {
       return MatmulPath::kWide;
   }
   const bool gemm = mk->gemm8[static_cast<size_t>(t)] != nullptr && kind == 1;
-  if (gemm && n <= g_gemm_max_rows.load(std::memory_order_relaxed)) return MatmulPath::kGemm8;
+  if (gemm && n >= gemm8_min_rows(mk, t) && n <= g_gemm_max_rows.load(std::memory_order_relaxed))
+    return MatmulPath::kGemm8;
   return n >= (kind == 2 ? kTile16MinRows : kTileMinRows) ? MatmulPath::kTiles : MatmulPath::kDots;
 }
 
