@@ -212,6 +212,15 @@ TEST_CASE("speculative: draft lengths follow acceptance and cost") {
   plan_draft_lengths(std::vector<double>{0.6, 0.6}, max_k, 2, free_rows, 64, k);
   CHECK(k[0] >= 4);
   CHECK(k[1] >= 4);
+  // A draft model that must first feed 200 tokens of a sequence (a new prompt, a catch-up after
+  // a back-off) charges them to that sequence's first proposal: the caught-up one drafts, the
+  // other does not.
+  StepCost draft_pair{1.0, 0.05, 0.1, 0.02};
+  plan_draft_lengths(std::vector<double>{0.8, 0.8}, max_k, 2, draft_pair, 64, k, std::vector<int64_t>{1, 200});
+  CHECK(k[0] >= 2);
+  CHECK(k[1] == 0);
+  plan_draft_lengths(std::vector<double>{0.8, 0.8}, max_k, 2, draft_pair, 64, k, std::vector<int64_t>{1, 1});
+  CHECK(k[1] == k[0]);
 }
 
 TEST_CASE("speculative: the step cost fit follows each size's usual time, not its outliers") {

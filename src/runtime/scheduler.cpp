@@ -452,6 +452,7 @@ Status Scheduler::draft_step(int64_t* budget) {
   spec_chunks_.clear();
   rates_.clear();
   max_k_.clear();
+  catch_up_.clear();
   for (size_t c = 0; c < chunks_.size(); ++c) {
     Seq* s = chunks_[c].seq;
     const GenerationParams& p = s->job->req.params;
@@ -473,12 +474,13 @@ Status Scheduler::draft_step(int64_t* budget) {
     spec_chunks_.push_back(c);
     rates_.push_back(s->acceptance.rate());
     max_k_.push_back(static_cast<int32_t>(cap));
+    if (drafter_) catch_up_.push_back(drafter_->catch_up(s->slot, s->tokens.size()));
   }
   if (spec_chunks_.empty()) return ok_status();
   k_.assign(spec_chunks_.size(), 0);
   const int32_t step_budget = static_cast<int32_t>(std::min<int64_t>(so.max_step_drafts, *budget));
   if (so.adaptive) {
-    plan_draft_lengths(rates_, max_k_, static_cast<int64_t>(batch_.size()), step_cost(), step_budget, k_);
+    plan_draft_lengths(rates_, max_k_, static_cast<int64_t>(batch_.size()), step_cost(), step_budget, k_, catch_up_);
   } else {
     int32_t left = step_budget;
     for (size_t i = 0; i < k_.size(); ++i) left -= k_[i] = std::min(max_k_[i], std::max(left, 0));

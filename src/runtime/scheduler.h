@@ -217,6 +217,7 @@ class Scheduler {
   std::vector<TokenProb> dist_, scratch_;
   std::vector<double> rates_;
   std::vector<int32_t> max_k_, k_;
+  std::vector<int64_t> catch_up_;  // per spec_chunks_ entry: tokens the draft model must first feed
   std::vector<size_t> spec_chunks_;
   std::vector<DraftModel::Item> items_;
   std::set<std::pair<size_t, size_t>> shapes_;  // (tokens, outputs) stepped so far: StepInfo::new_shape

@@ -149,6 +149,14 @@ std::vector<int32_t>& DraftModel::seen(int32_t slot) {
   return seen_[static_cast<size_t>(slot)];
 }
 
+int64_t DraftModel::catch_up(int32_t slot, size_t n_tokens) const {
+  const auto i = static_cast<size_t>(slot);
+  const size_t held = i < seen_.size() ? seen_[i].size() : 0, off = i < offset_.size() ? offset_[i] : 0;
+  int64_t behind = static_cast<int64_t>(n_tokens) - static_cast<int64_t>(off + held);
+  if (opts_.draft_window > 0 && (held > 0 || off > 0)) behind = std::min<int64_t>(behind, opts_.draft_window);
+  return std::max<int64_t>(behind, 1);
+}
+
 void DraftModel::reset(int32_t slot) {
   ctx_.kv().clear(slot);
   seen(slot).clear();
@@ -260,9 +268,11 @@ Status DraftModel::propose(std::span<Item> items, SpecStats& stats) {
       for (const Item& it : items) reset(it.slot);
       return st;
     }
-    if (!ctx_.last_built_graph())
-      last_steps_.push_back({static_cast<int64_t>(batch_.size()),
-                             std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()});
+    // Every step counts, the first of a shape too: catch-ups come in many sizes, and leaving
+    // out the steps that built a graph (0.03-0.16 ms here) left a draft that probes with new
+    // sizes unmeasured, planned at the prior's cost, probing again and again.
+    last_steps_.push_back({static_cast<int64_t>(batch_.size()),
+                           std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()});
     for (const BatchToken& t : batch_) seen(t.seq).push_back(t.token);
     ++stats.draft_steps;
     size_t o = 0;
@@ -368,7 +378,8 @@ void AcceptanceEstimate::idle_step() {
 }
 
 void plan_draft_lengths(std::span<const double> rate, std::span<const int32_t> max_k, int64_t base_tokens,
-                        const StepCost& cost, int32_t budget, std::span<int32_t> out_k) {
+                        const StepCost& cost, int32_t budget, std::span<int32_t> out_k,
+                        std::span<const int64_t> catch_up) {
   std::fill(out_k.begin(), out_k.end(), 0);
   double tokens = static_cast<double>(rate.size());  // every decoding sequence emits one token
   double time = cost.target_fixed + cost.target_per_token * static_cast<double>(base_tokens);
@@ -382,6 +393,8 @@ void plan_draft_lengths(std::span<const double> rate, std::span<const int32_t> m
     for (size_t i = 0; i < rate.size(); ++i) {
       const double r = std::clamp(rate[i], 0.0, 0.999);
       double pw = std::pow(r, out_k[i]), de = 0, dt = 0;
+      if (out_k[i] == 0 && !catch_up.empty())  // the draft's first step also feeds what it missed
+        dt = static_cast<double>(std::max<int64_t>(catch_up[i] - 1, 0)) * cost.draft_per_token;
       for (int32_t add = 1; out_k[i] + add <= max_k[i] && used + add <= budget; ++add) {
         const int32_t j = out_k[i] + add;
         pw *= r;

@@ -160,8 +160,12 @@ class DraftModel {
   void reset(int32_t slot);
   // Drops what the draft holds past the common prefix with `tokens`.
   void rollback(int32_t slot, std::span<const int32_t> tokens);
-  // The draft steps of the last propose() that reused a built graph: tokens and seconds of
-  // each (for the cost model).
+  // Tokens a propose() would feed the draft for a sequence of n_tokens in `slot` before its
+  // first proposal (a catch-up after a back-off, a whole prompt for a new sequence; at most
+  // draft_window once the slot started), at least 1. An upper bound: the prefix cache may
+  // hold some of a new sequence's prompt.
+  int64_t catch_up(int32_t slot, size_t n_tokens) const;
+  // The draft steps of the last propose(): tokens and seconds of each (for the cost model).
   struct StepTime {
     int64_t tokens = 0;
     double seconds = 0;
@@ -270,10 +274,13 @@ class AcceptanceEstimate {
 };
 
 // Draft lengths maximizing expected tokens per second for one step: `rate[i]` is sequence i's
-// acceptance estimate, `max_k[i]` its ceiling, `base_tokens` the step's tokens without drafts.
-// Proposals are added where the expected gain per cost is largest, only while that raises the
-// step's throughput, and at most `budget` in all. Writes out_k (same size as rate).
+// acceptance estimate, `max_k[i]` its ceiling, `base_tokens` the step's tokens without drafts,
+// `catch_up[i]` (empty: none) the tokens the draft model must first feed for sequence i, whose
+// cost (draft_per_token each) its first proposal carries. Proposals are added where the
+// expected gain per cost is largest, only while that raises the step's throughput, and at most
+// `budget` in all. Writes out_k (same size as rate).
 void plan_draft_lengths(std::span<const double> rate, std::span<const int32_t> max_k, int64_t base_tokens,
-                        const StepCost& cost, int32_t budget, std::span<int32_t> out_k);
+                        const StepCost& cost, int32_t budget, std::span<int32_t> out_k,
+                        std::span<const int64_t> catch_up = {});
 
 }  // namespace kite
