@@ -8,6 +8,7 @@
 #include "formats/weight_source.h"
 #include "src/runtime/grammar/grammar.h"
 #include "src/runtime/scheduler.h"
+#include "tests/test_models.h"
 #include "tests/testdata.h"
 
 using namespace kite;
@@ -15,26 +16,7 @@ using namespace kite::test;
 
 namespace {
 
-struct Engine {
-  std::shared_ptr<const Model> model;
-  std::shared_ptr<const Tokenizer> tok;
-};
-
-const Engine& engine() {
-  static Engine e = [] {
-    Engine x;
-    auto src = WeightSource::open(testdata("models/llama-target"));
-    REQUIRE_MESSAGE(src.ok(), src.error().message);
-    auto tok = Tokenizer::load((*src)->metadata());
-    REQUIRE(tok.ok());
-    x.tok = *tok;
-    auto m = Model::from_source(std::move(*src));
-    REQUIRE(m.ok());
-    x.model = *m;
-    return x;
-  }();
-  return e;
-}
+const LoadedModel& engine() { return load_model("models/llama-target"); }
 
 std::unique_ptr<Context> make_context(int32_t n_seqs, int64_t kv_blocks = 0, bool prefix_cache = true) {
   ContextOptions o;

@@ -9,6 +9,7 @@
 
 #include "formats/weight_source.h"
 #include "src/runtime/scheduler.h"
+#include "tests/test_models.h"
 #include "tests/testdata.h"
 
 using namespace kite;
@@ -16,26 +17,7 @@ using namespace kite::test;
 
 namespace {
 
-struct Model {
-  std::shared_ptr<const kite::Model> model;
-  std::shared_ptr<const Tokenizer> tok;
-};
-
-const Model& model() {
-  static Model m = [] {
-    Model x;
-    auto src = WeightSource::open(testdata("models/llama-target"));
-    REQUIRE_MESSAGE(src.ok(), src.error().message);
-    auto tok = Tokenizer::load((*src)->metadata());
-    REQUIRE(tok.ok());
-    x.tok = *tok;
-    auto mod = kite::Model::from_source(std::move(*src));
-    REQUIRE(mod.ok());
-    x.model = *mod;
-    return x;
-  }();
-  return m;
-}
+const LoadedModel& model() { return load_model("models/llama-target"); }
 
 std::unique_ptr<Context> make_context(int32_t n_seqs) {
   ContextOptions o;

@@ -13,6 +13,7 @@
 #include "src/runtime/scheduler.h"
 #include "src/runtime/speculative.h"
 #include "tests/process.h"
+#include "tests/test_models.h"
 #include "tests/testdata.h"
 
 using namespace kite;
@@ -260,24 +261,12 @@ struct Engine {
   std::shared_ptr<const Tokenizer> tok;
 };
 
-std::shared_ptr<const Model> load(const char* rel, std::shared_ptr<const Tokenizer>* tok = nullptr) {
-  auto src = WeightSource::open(testdata(rel));
-  REQUIRE_MESSAGE(src.ok(), src.error().message);
-  if (tok) {
-    auto t = Tokenizer::load((*src)->metadata());
-    REQUIRE(t.ok());
-    *tok = *t;
-  }
-  auto m = Model::from_source(std::move(*src));
-  REQUIRE_MESSAGE(m.ok(), m.error().message);
-  return *m;
-}
-
 const Engine& engine() {
   static Engine e = [] {
     Engine x;
-    x.target = load("models/llama-target", &x.tok);
-    x.draft = load("models/llama-draft");
+    x.target = load_model("models/llama-target").model;
+    x.tok = load_model("models/llama-target").tok;
+    x.draft = load_model("models/llama-draft").model;
     return x;
   }();
   return e;

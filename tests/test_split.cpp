@@ -7,7 +7,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <map>
 
 #include "src/core/backend.h"
 #include "src/model/model.h"
@@ -15,6 +14,7 @@
 #include "src/runtime/scheduler.h"
 #include "src/runtime/tokenizer.h"
 #include "tests/process.h"
+#include "tests/test_models.h"
 #include "tests/testdata.h"
 
 using namespace kite;
@@ -22,27 +22,9 @@ using namespace kite::test;
 
 namespace {
 
-struct Loaded {
-  std::shared_ptr<const Model> model;
-  std::shared_ptr<const Tokenizer> tok;
-};
-
-const Loaded& load(const std::string& rel) {
-  static std::map<std::string, Loaded> cache;
-  auto it = cache.find(rel);
-  if (it != cache.end()) return it->second;
-  auto src = WeightSource::open(testdata(rel));
-  REQUIRE_MESSAGE(src.ok(), rel, ": ", src.error().message);
-  auto tok = Tokenizer::load((*src)->metadata());
-  REQUIRE_MESSAGE(tok.ok(), tok.error().message);
-  auto model = Model::from_source(std::move(*src));
-  REQUIRE_MESSAGE(model.ok(), model.error().message);
-  return cache[rel] = Loaded{*model, *tok};
-}
-
 // gpu_layers as in ContextOptions; `placement` (if set) overrides it. device "cpu": a split
 // puts the device part on a second CPU backend instance.
-std::unique_ptr<Context> make_ctx(const Loaded& l, int32_t gpu_layers, std::function<int(int32_t)> placement = {},
+std::unique_ptr<Context> make_ctx(const LoadedModel& l, int32_t gpu_layers, std::function<int(int32_t)> placement = {},
                                   int32_t n_seqs = 3) {
   ContextOptions o;
   o.n_threads = 2;
@@ -112,7 +94,7 @@ int alternate(int32_t layer) {
 
 TEST_CASE("split: logits of a layer split are bitwise the unsplit context's (prefill, decode, batches)") {
   for (const char* rel : kModels) {
-    const Loaded& l = load(rel);
+    const LoadedModel& l = load_model(rel);
     const int32_t n_layer = static_cast<int32_t>(l.model->hparams().n_layer);
     auto ref_ctx = make_ctx(l, -1);
     const std::vector<float> ref = scenario(*ref_ctx, *l.tok);
@@ -131,7 +113,7 @@ TEST_CASE("split: logits of a layer split are bitwise the unsplit context's (pre
 }
 
 TEST_CASE("split: bytes cross between backends only at split boundaries, and each layer's KV is on its backend") {
-  const Loaded& l = load("models/llama-target");
+  const LoadedModel& l = load_model("models/llama-target");
   const int32_t n_layer = static_cast<int32_t>(l.model->hparams().n_layer);
   const int64_t n_embd = l.model->hparams().n_embd;
   REQUIRE(n_layer == 4);
@@ -181,7 +163,7 @@ TEST_CASE("split: bytes cross between backends only at split boundaries, and eac
 }
 
 TEST_CASE("split: KV rollback, prefix sharing, copy-on-write and scheduler generation through a split context") {
-  const Loaded& l = load("models/llama-target");
+  const LoadedModel& l = load_model("models/llama-target");
   auto ref = make_ctx(l, -1);
   auto split = make_ctx(l, -1, alternate);  // KV of alternate layers on the two backends
   auto prompt = l.tok->encode(
@@ -240,7 +222,7 @@ TEST_CASE("split: KV rollback, prefix sharing, copy-on-write and scheduler gener
 }
 
 TEST_CASE("split: bad placements are clear errors") {
-  const Loaded& l = load("gguf/qwen3-tiny-f16.gguf");
+  const LoadedModel& l = load_model("gguf/qwen3-tiny-f16.gguf");
   ContextOptions o;
   o.n_ctx = 64;
   o.gpu_layers = -2;
@@ -342,7 +324,7 @@ TEST_CASE("split: a model that does not fit the device is an error at load that 
     return true;
   }();
   REQUIRE(registered);
-  const Loaded& l = load("models/llama-target");
+  const LoadedModel& l = load_model("models/llama-target");
   const int32_t n_layer = static_cast<int32_t>(l.model->hparams().n_layer);
   ContextOptions o;
   o.n_threads = 2;
