@@ -1,5 +1,6 @@
 #include "src/core/backend.h"
 
+#include <charconv>
 #include <mutex>
 
 namespace kite {
@@ -46,8 +47,19 @@ std::vector<std::string> backend_names() {
   return names;
 }
 
-Result<std::unique_ptr<Backend>> create_backend(std::string_view name, const BackendOptions& opts) {
+Result<std::unique_ptr<Backend>> create_backend(std::string_view name, const BackendOptions& options) {
   ensure_builtins();
+  BackendOptions opts = options;
+  // "cuda:1", "vulkan:2": a device index after the name.
+  if (const size_t colon = name.find(':'); colon != std::string_view::npos) {
+    const std::string_view index = name.substr(colon + 1);
+    int d = 0;
+    const auto [end, ec] = std::from_chars(index.data(), index.data() + index.size(), d);
+    if (ec != std::errc() || end != index.data() + index.size() || d < 0)
+      return make_error("device '", name, "': expected a device index (a number >= 0) after ':'");
+    opts.device = d;
+    name = name.substr(0, colon);
+  }
   BackendFactory factory;
   {
     Registry& r = registry();

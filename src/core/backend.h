@@ -60,10 +60,14 @@ class Backend {
   virtual Status synchronize() { return ok_status(); }
   // The device memory left and in all; nullopt for backends that compute in host memory.
   virtual std::optional<MemoryInfo> memory_info() const { return std::nullopt; }
+  // True when this device already holds a copy of host weight `t` (backends that share weight
+  // copies between contexts): placement does not count it against the free memory again.
+  virtual bool holds_weight(const Tensor& t) const { return false; }
 };
 
 // The backend registry: backends add a factory at static-init time (CPU registers last and is
-// the fallback). `create_backend("cpu", opts)`.
+// the fallback). `create_backend("cpu", opts)`; "cuda:1" / "vulkan:1" name a device index
+// (overriding opts.device).
 using BackendFactory = std::function<Result<std::unique_ptr<Backend>>(const BackendOptions&)>;
 void register_backend(std::string name, BackendFactory factory);
 std::vector<std::string> backend_names();

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <unordered_set>
 
 #include "src/base/half.h"
@@ -149,7 +150,10 @@ Tensor* Model::build_forward(Graph& g, const ForwardInputs& in, const KvTensors&
 
   // Names ("l3.attn_out") make --dump-ops output readable.
   auto nm = [](Tensor* t, size_t il, const char* what) {
-    t->name = "l" + std::to_string(il) + "." + what;
+    // (Formatted, not concatenated: g++ 12 -O3 warns falsely (-Wrestrict) on the string operators.)
+    char buf[96];
+    const int n = std::snprintf(buf, sizeof buf, "l%zu.%s", il, what);
+    t->name = std::string(buf, static_cast<size_t>(std::clamp(n, 0, static_cast<int>(sizeof buf) - 1)));
     return t;
   };
   g.set_layer(-1);
@@ -196,11 +200,12 @@ Tensor* Model::build_forward(Graph& g, const ForwardInputs& in, const KvTensors&
   return logits;
 }
 
-size_t Model::weight_bytes(const std::function<bool(int32_t layer)>& part) const {
+size_t Model::weight_bytes(const std::function<bool(int32_t layer)>& part,
+                           const std::function<bool(const Tensor&)>& skip) const {
   std::unordered_set<const void*> seen;
   size_t bytes = 0;
   auto add = [&](const Tensor* t) {
-    if (t != nullptr && seen.insert(t->data).second) bytes += t->nbytes();
+    if (t != nullptr && seen.insert(t->data).second && !(skip && skip(*t))) bytes += t->nbytes();
   };
   if (part(-1)) add(tok_embd_);
   for (size_t il = 0; il < layers_.size(); ++il) {

@@ -82,7 +82,8 @@ class Model {
 
   // Bytes of the weights read by the model parts for which `part(layer)` is true (layer as in
   // build_forward's tags); a tensor shared by two parts (tied embeddings) counts once.
-  size_t weight_bytes(const std::function<bool(int32_t layer)>& part) const;
+  size_t weight_bytes(const std::function<bool(int32_t layer)>& part,
+                      const std::function<bool(const Tensor&)>& skip = {}) const;
 
  private:
   Model() = default;

@@ -90,15 +90,18 @@ Status Context::check_device_memory() const {
   for (size_t b = 0; b < backends_.size(); ++b) {
     const std::optional<MemoryInfo> mem = backends_[b]->memory_info();
     if (!mem) continue;
+    // (Weights the device already holds for another context cost nothing more.)
+    auto held = [&](const Tensor& t) { return backends_[b]->holds_weight(t); };
     // Bytes the device holds when the parts that `on` selects run there.
     auto need = [&](const std::function<bool(int32_t)>& on, int64_t* layers) {
       int64_t n = 0;
       for (int32_t l = 0; l < hp.n_layer; ++l) n += on(l) ? 1 : 0;
       if (layers != nullptr) *layers = n;
-      return model_->weight_bytes(on) + static_cast<size_t>(n) * kv_layer;
+      return model_->weight_bytes(on, held) + static_cast<size_t>(n) * kv_layer;
     };
     int64_t layers = 0;
-    const size_t weights = model_->weight_bytes([&](int32_t l) { return placement_(l) == static_cast<int>(b); });
+    const size_t weights =
+        model_->weight_bytes([&](int32_t l) { return placement_(l) == static_cast<int>(b); }, held);
     const size_t total = need([&](int32_t l) { return placement_(l) == static_cast<int>(b); }, &layers);
     if (total <= mem->free) continue;
     // The largest gpu_layers that would fit (last k layers and the head on the device).
