@@ -1,0 +1,132 @@
+// What every GPU backend is held to against the CPU (test_cuda.cpp, test_vulkan.cpp): greedy
+// output of the F16 test models equal to the CPU's except at near-ties, GGUF perplexity within
+// 0.5% of llama.cpp's, and a sequence's greedy tokens independent of what shares its batch.
+#pragma once
+
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "src/runtime/context.h"
+#include "src/runtime/perplexity.h"
+#include "tests/test_models.h"
+#include "tests/testdata.h"
+
+namespace kite::test {
+
+inline std::unique_ptr<Context> make_device_ctx(const LoadedModel& l, const std::string& device, int64_t n_ctx,
+                                                int n_seqs = 1) {
+  ContextOptions opts;
+  opts.n_ctx = n_ctx;
+  opts.n_seqs = n_seqs;
+  opts.device = device;
+  auto ctx = Context::create(l.model, opts);
+  REQUIRE_MESSAGE(ctx.ok(), device, ": ", ctx.error().message);
+  return std::move(*ctx);
+}
+
+inline int32_t argmax_of(std::span<const float> v) {
+  return static_cast<int32_t>(std::max_element(v.begin(), v.end()) - v.begin());
+}
+
+// Greedy decoding of `steps` tokens on the CPU and on `device` in lockstep: the prefill logits
+// close as a whole, the tokens equal until a divergence, which must be at a near-tie.
+inline void check_greedy_matches_cpu(const std::string& device, const std::vector<std::string>& models, int steps) {
+  for (const std::string& name : models) {
+    const LoadedModel& l = load_model(name);
+    auto cpu = make_device_ctx(l, "cpu", 256);
+    auto gpu = make_device_ctx(l, device, 256);
+    EncodeOptions eo;
+    std::vector<int32_t> prompt = l.tok->encode("Once upon a time, the citizens", eo);
+    REQUIRE(!prompt.empty());
+    REQUIRE(cpu->eval(prompt).ok());
+    auto st = gpu->eval(prompt);
+    REQUIRE_MESSAGE(st.ok(), st.error().message);
+    int same = 0;
+    for (int step = 0; step < steps; ++step) {
+      const auto lc = cpu->logits(0), lg = gpu->logits(0);
+      if (step == 0) {  // prefill logits close as a whole
+        double num = 0, den = 0;
+        for (size_t i = 0; i < lc.size(); ++i) num += (lc[i] - lg[i]) * (lc[i] - lg[i]), den += lc[i] * lc[i];
+        INFO(name, " prefill logits nmse ", num / den);
+        CHECK(num / den < 1e-4);
+      }
+      const int32_t tc = argmax_of(lc), tg = argmax_of(lg);
+      if (tc != tg) {
+        const float gap = lc[static_cast<size_t>(tc)] - lc[static_cast<size_t>(tg)];
+        MESSAGE(name, ": diverged at step ", step, " (cpu ", tc, ", ", device, " ", tg, ", cpu logit gap ", gap, ")");
+        CHECK_MESSAGE(gap < 0.05f * std::max(1.f, std::fabs(lc[static_cast<size_t>(tc)])), name, " not a near-tie");
+        break;
+      }
+      ++same;
+      if (l.tok->is_eog(tc)) break;
+      const BatchToken bt{tc, 0, true};
+      REQUIRE(cpu->decode(std::span<const BatchToken>(&bt, 1)).ok());
+      auto s2 = gpu->decode(std::span<const BatchToken>(&bt, 1));
+      REQUIRE_MESSAGE(s2.ok(), s2.error().message);
+    }
+    MESSAGE(name, ": ", same, " greedy tokens equal on cpu and ", device);
+    CHECK(same >= std::min(8, steps));
+  }
+}
+
+// Perplexity of each GGUF file of peer-reference.json (all when `files` is empty) on `device`,
+// over the first `max_tokens` tokens of the held-out text (0: all of it), against llama.cpp's
+// over the same span: within 0.5% (over all of it, llama.cpp's ppl_ctx256 is the reference).
+inline void check_perplexity(const std::string& device, const std::vector<std::string>& files, size_t max_tokens) {
+  const auto peer = nlohmann::json::parse(read_file(testdata("gguf/peer-reference.json")));
+  const std::string heldout = read_file(testdata("heldout.txt"));
+  for (const auto& [file, ref] : peer.items()) {
+    if (!files.empty() && std::find(files.begin(), files.end(), file) == files.end()) continue;
+    const LoadedModel& l = load_model("gguf/" + file);
+    EncodeOptions eo;
+    eo.add_special = false;
+    std::vector<TokenId> tokens = l.tok->encode(heldout, eo);
+    tokens.insert(tokens.begin(), l.tok->bos());
+    if (max_tokens > 0 && tokens.size() > max_tokens) tokens.resize(max_tokens);
+    auto ctx = make_device_ctx(l, device, 256);
+    auto r = perplexity_llama_cpp(*ctx, tokens, l.tok->bos(), 256);
+    REQUIRE_MESSAGE(r.ok(), file, ": ", r.error().message);
+    double want = ref["ppl_ctx256"].get<double>();
+    if (max_tokens > 0) {  // the same span on the CPU (itself within 0.5% of llama.cpp: test_perplexity)
+      auto cpu = make_device_ctx(l, "cpu", 256);
+      auto rc = perplexity_llama_cpp(*cpu, tokens, l.tok->bos(), 256);
+      REQUIRE_MESSAGE(rc.ok(), file, ": ", rc.error().message);
+      want = rc->ppl;
+    }
+    MESSAGE(file, " on ", device, ": ", r->ppl, " (reference ", want, ", ", 100 * (r->ppl / want - 1), "%)");
+    CHECK_MESSAGE(std::fabs(r->ppl / want - 1) < 0.005, file);
+  }
+}
+
+// One sequence decoded alone and beside another: the same greedy tokens.
+inline void check_batch_invariance(const std::string& device, const std::string& model, int steps) {
+  const LoadedModel& l = load_model(model);
+  auto alone = make_device_ctx(l, device, 256, 3);
+  auto mixed = make_device_ctx(l, device, 256, 3);
+  EncodeOptions eo;
+  const std::vector<int32_t> p0 = l.tok->encode("The king said", eo), p1 = l.tok->encode("Hello there, my friend", eo);
+  REQUIRE(alone->eval(p0, 0).ok());
+  REQUIRE(mixed->eval(p0, 0).ok());
+  REQUIRE(mixed->eval(p1, 1).ok());
+  int32_t t0 = argmax_of(alone->logits(0));
+  int32_t t1 = argmax_of(mixed->logits(0));
+  for (int step = 0; step < steps; ++step) {
+    const BatchToken one{t0, 0, true};
+    REQUIRE(alone->decode(std::span<const BatchToken>(&one, 1)).ok());
+    const BatchToken two[2] = {{t0, 0, true}, {t1, 1, true}};
+    REQUIRE(mixed->decode(std::span<const BatchToken>(two, 2)).ok());
+    const auto la = alone->logits(0), lm = mixed->logits(0);
+    REQUIRE(la.size() == lm.size());
+    // Same token either way; the logits may differ in the last bits (mat-vec vs batched columns).
+    CHECK(argmax_of(la) == argmax_of(lm));
+    t0 = argmax_of(la);
+    t1 = argmax_of(mixed->logits(1));
+  }
+}
+
+}  // namespace kite::test
