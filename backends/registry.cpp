@@ -5,12 +5,18 @@
 #ifdef KITE_CUDA
 #include "backends/cuda/cuda_backend.h"
 #endif
+#ifdef KITE_VULKAN
+#include "backends/vulkan/vulkan_backend.h"
+#endif
 
 namespace kite {
 
 void register_builtin_backends() {
 #ifdef KITE_CUDA
   register_backend("cuda", cuda::make_cuda_backend);
+#endif
+#ifdef KITE_VULKAN
+  register_backend("vulkan", vk::make_vulkan_backend);
 #endif
   register_backend("cpu", cpu::make_cpu_backend);
 }

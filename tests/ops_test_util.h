@@ -10,6 +10,7 @@
 #include <functional>
 #include <memory>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -133,10 +134,11 @@ inline void for_each_config(const std::function<void(const Config&)>& fn) {
       auto be = create_backend(name, opts);
       // A GPU backend compiled in but without a device here is skipped, visibly; any other
       // failure to create a backend is an error.
-      if (!be.ok() && !is_cpu && be.error().message.find("no CUDA device found") != std::string::npos) {
-        static bool said = false;  // once per run, not once per op variant
-        if (!said) MESSAGE(name, ": skipped, no CUDA device (", be.error().message, ")");
-        said = true;
+      if (!be.ok() && !is_cpu &&
+          (be.error().message.find("no CUDA device found") != std::string::npos ||
+           be.error().message.find("no Vulkan device found") != std::string::npos)) {
+        static std::set<std::string> said;  // once per backend and run, not once per op variant
+        if (said.insert(name).second) MESSAGE(name, ": skipped, no device (", be.error().message, ")");
         continue;
       }
       REQUIRE_MESSAGE(be.ok(), "backend ", name, ": ", be.ok() ? std::string() : be.error().message);

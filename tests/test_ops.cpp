@@ -186,6 +186,15 @@ TEST_CASE("ops: mul_mat float weights, odd sizes") {
   }
 }
 
+TEST_CASE("ops: mul_mat tall weights and long rows (more than one workgroup's rows)") {
+  uint32_t seed = 600;
+  for (DType t : kQuantTypes)
+    for (int64_t n : {1, 9}) check_mul_mat(t, 512, 300, n, 1, false, seed++);
+  for (DType t : kFloatTypes) check_mul_mat(t, 520, 300, 9, 1, false, seed++);
+  check_mul_mat(DType::Q4_K, 4096, 513, 1, 1, false, seed++);
+  check_mul_mat(DType::Q8_0, 4096, 513, 3, 1, false, seed++);
+}
+
 TEST_CASE("ops: mul_mat 3-D and strided activations") {
   uint32_t seed = 300;
   for (DType t : {DType::F32, DType::F16, DType::Q4_0, DType::Q4_K, DType::Q6_K}) {
@@ -292,7 +301,9 @@ TEST_CASE("ops: get_rows, copy and kv_write") {
   const int64_t ne0 = 256, rows = 9;
   const std::vector<float> table = randn(static_cast<size_t>(ne0 * rows), 31);
   const std::vector<int32_t> ids = {3, 0, 8, 3};
-  for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q4_0, DType::Q8_0, DType::Q4_K, DType::Q6_K}) {
+  std::vector<DType> types(std::begin(kFloatTypes), std::end(kFloatTypes));
+  types.insert(types.end(), std::begin(kQuantTypes), std::end(kQuantTypes));
+  for (DType t : types) {
     const std::vector<uint8_t> tb = encode(t, table, rows, ne0);
     const std::vector<float> td = decode(t, tb, ne0 * rows);
     std::vector<double> ref;

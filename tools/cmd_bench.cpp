@@ -370,7 +370,7 @@ void register_bench(CLI::App& app, Action* run) {
   cmd->add_option("-n,--n-gen", a->n_gen, "Generated tokens (tg test; 0: skip)")->check(CLI::NonNegativeNumber);
   cmd->add_option("-r,--repetitions", a->reps, "Repetitions (the median is reported)")->check(CLI::PositiveNumber);
   cmd->add_option("-t,--threads", a->threads, "Threads (default: all physical cores)")->check(CLI::NonNegativeNumber);
-  cmd->add_option("--device", a->device, "Where to compute: cpu or cuda (when built with CUDA)");
+  cmd->add_option("--device", a->device, "Where to compute: cpu, cuda (builds with KITE_CUDA) or vulkan (builds with KITE_VULKAN)");
   add_gpu_layers_flag(cmd, &a->gpu_layers);
   cmd->add_option("--bandwidth", a->bandwidth,
                   "GB/s to compare generation's achieved GB/s with (e.g. kite-cuda-bandwidth's figure for "

@@ -35,7 +35,7 @@ void add_model_flags(CLI::App* cmd, ModelArgs* a) {
   cmd->add_option("-m,--model", a->model, "A GGUF file or a Hugging Face folder")->required();
   cmd->add_option("-t,--threads", a->threads, "Threads (default: all physical cores)")->check(CLI::NonNegativeNumber);
   cmd->add_option("-c,--ctx", a->ctx, "Context length in tokens")->check(CLI::PositiveNumber);
-  cmd->add_option("--device", a->device, "Where to compute: cpu, or cuda (an NVIDIA GPU; builds with KITE_CUDA)");
+  cmd->add_option("--device", a->device, "Where to compute: cpu, cuda (an NVIDIA GPU; builds with KITE_CUDA) or vulkan (any Vulkan 1.2 GPU; builds with KITE_VULKAN); cuda:N / vulkan:N pick device N");
   add_gpu_layers_flag(cmd, &a->gpu_layers);
   cmd->add_option("--kv-type", a->kv_type, "KV cache element type: f16, bf16, f32, q8_0")
       ->check(CLI::IsMember({"f16", "bf16", "f32", "q8_0"}));

@@ -1,0 +1,10 @@
+// kite/backends/vulkan/shaders/attention_g1.comp — attention for GQA groups of up to 1 query
+// heads per KV head (attention_main.glsl).
+#version 460
+#extension GL_GOOGLE_include_directive : require
+#extension GL_EXT_control_flow_attributes : require
+#include "common.glsl"
+#include "attention.glsl"
+
+#define MAX_GROUP 1u
+#include "attention_main.glsl"

@@ -1,0 +1,7 @@
+// get_rows for Q5_0 weights: get_rows.glsl with dequant.glsl's Q5_0 decoding.
+#version 460
+#extension GL_GOOGLE_include_directive : require
+#define W_Q5_0 1
+#include "common.glsl"
+#include "dequant.glsl"
+#include "get_rows.glsl"

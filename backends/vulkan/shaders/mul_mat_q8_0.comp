@@ -1,0 +1,8 @@
+// mul_mat for Q8_0 weights: mul_mat.glsl with dequant.glsl's Q8_0 decoding.
+#version 460
+#extension GL_GOOGLE_include_directive : require
+#extension GL_EXT_control_flow_attributes : require
+#define W_Q8_0 1
+#include "common.glsl"
+#include "dequant.glsl"
+#include "mul_mat.glsl"

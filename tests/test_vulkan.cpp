@@ -1,0 +1,213 @@
+// The Vulkan backend, on whatever Vulkan device the machine has (in CI: lavapipe, Mesa's CPU
+// driver, a real Vulkan implementation). Without a device the tests skip visibly, unless
+// KITE_REQUIRE_VULKAN=1 (set by .ci/run), where a missing device fails. Op conformance on Vulkan
+// is test_ops.cpp's (every op on every registered backend); here: the device and its memory,
+// whole models against the CPU, weights shared between contexts, and split placement.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+
+#include "src/core/backend.h"
+#include "src/core/graph.h"
+#include "tests/gpu_checks.h"
+#include "tests/process.h"
+#include "tests/testdata.h"
+#ifdef KITE_VULKAN
+#include "backends/vulkan/vulkan_backend.h"
+#endif
+
+using namespace kite;
+using namespace kite::test;
+
+namespace {
+
+std::vector<std::string> devices() {
+#ifdef KITE_VULKAN
+  return vk::vulkan_devices();
+#else
+  return {};
+#endif
+}
+
+size_t mirrored_bytes() {
+#ifdef KITE_VULKAN
+  return vk::vulkan_mirrored_bytes(0);
+#else
+  return 0;
+#endif
+}
+
+// True when the Vulkan tests can run; otherwise says why, visibly (a failure where
+// KITE_REQUIRE_VULKAN=1).
+bool have_vulkan(const char* what) {
+  const char* req = std::getenv("KITE_REQUIRE_VULKAN");
+  const bool required = req != nullptr && std::string_view(req) == "1";
+#ifndef KITE_VULKAN
+  if (required) FAIL("KITE_REQUIRE_VULKAN=1 but the Vulkan backend is not compiled in (KITE_VULKAN=OFF)");
+  MESSAGE("vulkan: skipped (", what, "), backend not compiled in");
+  return false;
+#else
+  if (!devices().empty()) return true;
+  auto be = create_backend("vulkan");
+  const std::string why = be.ok() ? std::string("?") : be.error().message;
+  if (required) FAIL("KITE_REQUIRE_VULKAN=1 but there is no Vulkan device: ", why);
+  MESSAGE("vulkan: skipped (", what, "): ", why);
+  return false;
+#endif
+}
+
+}  // namespace
+
+TEST_CASE("vulkan: devices are listed, and no device or a missing one is a clear error") {
+  auto be = create_backend("vulkan");
+#ifndef KITE_VULKAN
+  REQUIRE_FALSE(be.ok());
+  CHECK(be.error().message.find("unknown device 'vulkan'") != std::string::npos);
+  return;
+#endif
+  if (!have_vulkan("devices")) {
+    REQUIRE_FALSE(be.ok());
+    CHECK(be.error().message.find("vulkan: no Vulkan device found") == 0);
+    return;
+  }
+  const auto names = devices();
+  MESSAGE("vulkan devices: ", names.size(), ", the first: ", names[0]);
+  REQUIRE_MESSAGE(be.ok(), be.error().message);
+  CHECK((*be)->name() == "vulkan");
+  CHECK_FALSE((*be)->is_host());
+  REQUIRE((*be)->memory_info().has_value());
+  CHECK((*be)->memory_info()->total > 0);
+  BackendOptions bad;
+  bad.device = static_cast<int>(names.size());
+  auto b2 = create_backend("vulkan", bad);
+  REQUIRE_FALSE(b2.ok());
+  CHECK(b2.error().message.find("does not exist") != std::string::npos);
+}
+
+TEST_CASE("vulkan: bytes round-trip through device buffers and copy on the device") {
+  if (!have_vulkan("buffers")) return;
+  auto be = create_backend("vulkan");
+  REQUIRE(be.ok());
+  Backend& b = **be;
+  auto buf = b.alloc(1 << 20);
+  REQUIRE(buf.ok());
+  Tensor a, c;
+  a.type = c.type = DType::F32;
+  a.ne = c.ne = {1000, 1, 1, 1};
+  a.nb = c.nb = contiguous_strides(DType::F32, a.ne);
+  a.name = "a", c.name = "c";
+  a.data = (*buf)->base();
+  c.data = static_cast<uint8_t*>((*buf)->base()) + 8192;
+  a.buffer = c.buffer = buf->get();
+  std::vector<float> x(1000);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i) * 0.5f - 7.f;
+  REQUIRE(b.upload(a, x.data(), 4000).ok());
+  REQUIRE(b.copy(c, 40, a, 0, 3960).ok());  // c[10..999] = a[0..989]
+  std::vector<float> back(1000, -1.f), moved(1000, -1.f);
+  REQUIRE(b.download(a, back.data(), 4000).ok());
+  REQUIRE(b.download(c, moved.data() + 10, 3960, 40).ok());
+  CHECK(back == x);
+  CHECK(std::equal(moved.begin() + 10, moved.end(), x.begin()));
+  // A tensor outside the device's buffers is an error naming it, not a wild write.
+  Tensor host = a;
+  host.data = x.data();
+  host.name = "host";
+  auto st = b.upload(host, x.data(), 16);
+  REQUIRE_FALSE(st.ok());
+  CHECK(st.error().message.find("'host'") != std::string::npos);
+}
+
+TEST_CASE("vulkan: greedy output of the F16 test models equals the CPU's (except near-ties)") {
+  if (!have_vulkan("greedy equality")) return;
+  check_greedy_matches_cpu("vulkan",
+                           {"gguf/stories260K-F16.gguf", "gguf/llama-draft-f16.gguf", "gguf/qwen2-tiny-f16.gguf",
+                            "gguf/qwen3-tiny-f16.gguf", "models/qwen3-tiny"},
+                           24);
+}
+
+TEST_CASE("vulkan: quantized GGUF perplexity equals the CPU's on the same text") {
+  if (!have_vulkan("perplexity")) return;
+  // Every quantization type of the draft model and the target's Q4_K_M, over 4 chunks of 256.
+  check_perplexity("vulkan",
+                   {"llama-draft-Q2_K.gguf", "llama-draft-Q3_K_M.gguf", "llama-draft-Q4_0.gguf",
+                    "llama-draft-Q4_1.gguf", "llama-draft-Q4_K_M.gguf", "llama-draft-Q5_0.gguf",
+                    "llama-draft-Q5_1.gguf", "llama-draft-Q5_K_M.gguf", "llama-draft-Q6_K.gguf",
+                    "llama-draft-Q8_0.gguf", "llama-target-Q4_K_M.gguf", "stories260K-Q4_0.gguf"},
+                   1024);
+}
+
+TEST_CASE("vulkan: a sequence's greedy tokens do not depend on what shares its batch") {
+  if (!have_vulkan("batch invariance")) return;
+  check_batch_invariance("vulkan", "gguf/llama-draft-Q4_K_M.gguf", 12);
+}
+
+TEST_CASE("vulkan: contexts on one model share one copy of its weights on the device") {
+  if (!have_vulkan("shared weights")) return;
+  const LoadedModel& l = load_model("gguf/llama-draft-Q8_0.gguf");
+  const size_t before = mirrored_bytes();
+  EncodeOptions eo;
+  const std::vector<int32_t> prompt = l.tok->encode("The king said", eo);
+  std::vector<float> first;
+  size_t one = 0;
+  {
+    auto a = make_device_ctx(l, "vulkan", 128);
+    REQUIRE(a->eval(prompt).ok());
+    first.assign(a->logits(0).begin(), a->logits(0).end());
+    one = mirrored_bytes() - before;
+    CHECK(one > 1'000'000);  // the 2.8 MB model's weights, uploaded once
+    auto b = make_device_ctx(l, "vulkan", 128);
+    REQUIRE(b->eval(prompt).ok());
+    CHECK(mirrored_bytes() - before == one);  // the second context uploaded nothing
+    const auto second = b->logits(0);
+    CHECK(std::equal(first.begin(), first.end(), second.begin()));
+  }
+  CHECK(mirrored_bytes() == before);  // released with the last context using them
+  // And uploaded again for a new context afterwards.
+  auto c = make_device_ctx(l, "vulkan", 128);
+  REQUIRE(c->eval(prompt).ok());
+  CHECK(mirrored_bytes() - before == one);
+  const auto again = c->logits(0);
+  CHECK(std::equal(first.begin(), first.end(), again.begin()));
+}
+
+TEST_CASE("vulkan: the last layers on the device, the rest on the CPU, give the CPU's logits") {
+  if (!have_vulkan("split placement")) return;
+  const LoadedModel& l = load_model("gguf/llama-draft-f16.gguf");
+  EncodeOptions eo;
+  const std::vector<int32_t> prompt = l.tok->encode("Once upon a time", eo);
+  auto cpu = make_device_ctx(l, "cpu", 128);
+  REQUIRE(cpu->eval(prompt).ok());
+  const auto ref = cpu->logits(0);
+  ContextOptions opts;
+  opts.n_ctx = 128;
+  opts.device = "vulkan";
+  opts.gpu_layers = 1;
+  auto split = Context::create(l.model, opts);
+  REQUIRE_MESSAGE(split.ok(), split.error().message);
+  REQUIRE((*split)->eval(prompt).ok());
+  const auto got = (*split)->logits(0);
+  double num = 0, den = 0;
+  for (size_t i = 0; i < ref.size(); ++i) num += (ref[i] - got[i]) * (ref[i] - got[i]), den += ref[i] * ref[i];
+  CHECK(num / den < 1e-5);
+  CHECK(argmax_of(ref) == argmax_of(got));
+}
+
+TEST_CASE("vulkan: kite run --device vulkan generates the CPU's text, and a bad device index is a clear error") {
+  if (!have_vulkan("kite run")) return;
+  const std::string model = testdata("gguf/stories260K-F16.gguf");
+  const auto cpu = run_kite({"run", "-m", model, "-p", "Once upon", "-n", "12", "--temp", "0"});
+  const auto gpu = run_kite({"run", "-m", model, "-p", "Once upon", "-n", "12", "--temp", "0", "--device", "vulkan"});
+  REQUIRE_MESSAGE(gpu.exit_code == 0, gpu.err);
+  CHECK(gpu.out == cpu.out);
+  // "vulkan:N" names device N: one past the last is an error naming the device count.
+  const std::string past = "vulkan:" + std::to_string(devices().size());
+  const auto bad = run_kite({"run", "-m", model, "-p", "x", "-n", "1", "--device", past});
+  CHECK(bad.exit_code != 0);
+  CHECK(bad.exit_code < 128);
+  CHECK(bad.err.find("does not exist") != std::string::npos);
+  const auto junk = run_kite({"run", "-m", model, "-p", "x", "-n", "1", "--device", "vulkan:x"});
+  CHECK(junk.exit_code != 0);
+  CHECK(junk.err.find("expected a device index") != std::string::npos);
+}
