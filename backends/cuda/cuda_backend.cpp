@@ -90,6 +90,8 @@ class CudaBackend final : public Backend {
     return dev_->synchronize();
   }
 
+  bool holds_weight(const Tensor& t) const override { return dev_->has_mirror(t); }
+
   std::optional<MemoryInfo> memory_info() const override {
     if (!dev_->activate()) return std::nullopt;
     MemoryInfo m;

@@ -25,9 +25,19 @@ Error cublas_error(cublasStatus_t e, const char* call, const char* file, int lin
                     ":", line);
 }
 
+std::shared_ptr<Device::SharedMirrors> Device::shared_mirrors(int index) {
+  static std::mutex mu;
+  static std::map<int, std::weak_ptr<SharedMirrors>> all;
+  std::lock_guard lock(mu);
+  auto m = all[index].lock();
+  if (!m) all[index] = m = std::make_shared<SharedMirrors>();
+  return m;
+}
+
 Result<std::unique_ptr<Device>> Device::open(int index) {
   std::unique_ptr<Device> d(new Device());
   d->index_ = index;
+  d->mirrors_ = shared_mirrors(index);
   KITE_CUDA_CHECK(cudaSetDevice(index));
   cudaDeviceProp prop{};
   KITE_CUDA_CHECK(cudaGetDeviceProperties(&prop, index));
@@ -45,6 +55,11 @@ Result<std::unique_ptr<Device>> Device::open(int index) {
 Device::~Device() {
   // Work still queued must finish before the memory it uses goes away.
   if (stream_) cudaStreamSynchronize(stream_.get());
+  if (mirrors_) {
+    cudaSetDevice(index_);
+    std::lock_guard lock(mirrors_->mu);
+    mirrors_->mirrors.release(holds_);
+  }
 }
 
 Result<cublasHandle_t> Device::cublas() {
@@ -85,21 +100,27 @@ bool Device::is_device(const void* p) const {
 }
 
 Result<uint8_t*> Device::mirror(const Tensor* root) {
-  const size_t bytes = root->nbytes();
-  auto it = mirrors_.find(root->data);
-  if (it != mirrors_.end() && it->second.bytes >= bytes) return static_cast<uint8_t*>(it->second.ptr.get());
-  KITE_ASSIGN_OR_RETURN(DevicePtr p, malloc(bytes, "weight '" + root->name + "'"));
-  ++generation_;
-  KITE_CUDA_CHECK(cudaMemcpyAsync(p.get(), root->data, bytes, cudaMemcpyHostToDevice, stream()));
-  const size_t before = mirrored_bytes_;
-  mirrored_bytes_ += bytes;
-  if (mirrored_bytes_ / kLogEvery != before / kLogEvery)
-    std::fprintf(stderr, "cuda: %zu MiB of weights uploaded to %s\n", mirrored_bytes_ / kMiB, name_.c_str());
-  Mirror& m = mirrors_[root->data];
-  if (m.ptr) KITE_CUDA_CHECK(cudaStreamSynchronize(stream()));  // the old copy may be in use
-  m.ptr = std::move(p);
-  m.bytes = bytes;
-  return static_cast<uint8_t*>(m.ptr.get());
+  std::lock_guard lock(mirrors_->mu);
+  // A synchronous copy: the mirror is complete before any stream (this backend's or another
+  // context's) can use it.
+  auto upload = [&](size_t bytes) -> Result<DevicePtr> {
+    KITE_ASSIGN_OR_RETURN(DevicePtr p, malloc(bytes, "weight '" + root->name + "'"));
+    KITE_CUDA_CHECK(cudaMemcpy(p.get(), root->data, bytes, cudaMemcpyHostToDevice));
+    const size_t before = mirrors_->mirrors.bytes();
+    if ((before + bytes) / kLogEvery != before / kLogEvery)
+      std::fprintf(stderr, "cuda: %zu MiB of weights uploaded to %s\n", (before + bytes) / kMiB, name_.c_str());
+    return p;
+  };
+  bool newly_held = false;
+  KITE_ASSIGN_OR_RETURN(const DevicePtr* p, mirrors_->mirrors.acquire(root->data, root->nbytes(), holds_, upload,
+                                                                      &newly_held));
+  if (newly_held) ++generation_;  // a captured graph of this backend cannot hold this address yet
+  return static_cast<uint8_t*>(p->get());
+}
+
+bool Device::has_mirror(const Tensor& t) const {
+  std::lock_guard lock(mirrors_->mu);
+  return mirrors_->mirrors.has(t.data, t.nbytes());
 }
 
 Result<uint8_t*> Device::address(const Tensor* t) {

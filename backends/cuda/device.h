@@ -10,12 +10,13 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
-#include <unordered_map>
 
 #include "backends/cuda/cublas_api.h"
 #include "src/base/status.h"
 #include "src/core/tensor.h"
+#include "src/core/weight_mirrors.h"
 
 namespace kite::cuda {
 
@@ -82,7 +83,7 @@ class Device {
 
   // The device address of a tensor's bytes: its own (a buffer of this device) or, for host
   // memory (a weight in the file mapping), the device mirror of its root leaf, uploaded on
-  // first use.
+  // first use by any backend on this GPU and shared by all (src/core/weight_mirrors.h).
   Result<uint8_t*> address(const Tensor* t);
   // At least `bytes` of scratch `s` (grows; never shrinks).
   Result<void*> scratch(Scratch& s, size_t bytes, std::string_view what);
@@ -92,7 +93,8 @@ class Device {
   Status download(void* dst, const void* src, size_t bytes);
   Status synchronize();
 
-  size_t mirrored_bytes() const { return mirrored_bytes_; }
+  // Whether host weight `t` has a mirror on this GPU (this backend's or another's).
+  bool has_mirror(const Tensor& t) const;
   // Bumped whenever a mirror or scratch buffer is (re)allocated: device addresses that a
   // captured CUDA graph holds are valid only for the generation it was captured in.
   uint64_t generation() const { return generation_; }
@@ -101,10 +103,12 @@ class Device {
   Device() = default;
   Result<uint8_t*> mirror(const Tensor* root);
 
-  struct Mirror {
-    DevicePtr ptr;
-    size_t bytes = 0;
+  // The weight mirrors of one GPU, shared by its Devices (one per backend).
+  struct SharedMirrors {
+    std::mutex mu;
+    WeightMirrors<DevicePtr> mirrors;
   };
+  static std::shared_ptr<SharedMirrors> shared_mirrors(int index);
 
   int index_ = 0;
   std::string name_;
@@ -112,8 +116,8 @@ class Device {
   std::unique_ptr<cublasContext, CublasDestroy> cublas_;
   const CublasApi* blas_ = nullptr;
   std::map<uintptr_t, size_t> ranges_;  // device allocations: base -> bytes
-  std::unordered_map<const void*, Mirror> mirrors_;  // host root pointer -> device copy
-  size_t mirrored_bytes_ = 0;
+  std::shared_ptr<SharedMirrors> mirrors_;
+  MirrorHolds holds_;  // the mirrors this backend uses
   uint64_t generation_ = 0;
   HostPtr staging_;
   size_t staging_bytes_ = 0;
