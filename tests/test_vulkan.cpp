@@ -46,14 +46,14 @@ bool have_vulkan(const char* what) {
   const bool required = req != nullptr && std::string_view(req) == "1";
 #ifndef KITE_VULKAN
   if (required) FAIL("KITE_REQUIRE_VULKAN=1 but the Vulkan backend is not compiled in (KITE_VULKAN=OFF)");
-  MESSAGE("vulkan: skipped (", what, "), backend not compiled in");
+  MESSAGE("vulkan: skipped (", std::string(what), "), backend not compiled in");
   return false;
 #else
   if (!devices().empty()) return true;
   auto be = create_backend("vulkan");
   const std::string why = be.ok() ? std::string("?") : be.error().message;
   if (required) FAIL("KITE_REQUIRE_VULKAN=1 but there is no Vulkan device: ", why);
-  MESSAGE("vulkan: skipped (", what, "): ", why);
+  MESSAGE("vulkan: skipped (", std::string(what), "): ", why);
   return false;
 #endif
 }
