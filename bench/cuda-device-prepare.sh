@@ -5,7 +5,13 @@
 #                sm_90), stripped: the device image has CMake, ninja and nvcc but not the Debian
 #                packages kite builds against (nlohmann-json, CLI11, doctest, cpp-httplib);
 #                lib/: the shared libraries they need beyond glibc/libstdc++ and CUDA's own
-#   testdata/    the GGUF test files and heldout.txt (the GPU tests)
+#   testdata.tar.xz  the GGUF test files and heldout.txt (the GPU tests), compressed (49 -> 39 MB)
+#   llama-cuda.tar.xz  llama.cpp's CUDA build (llama-bench, llama-batched-bench and their
+#                libraries), stripped, when LLAMA_CUDA_BUILD (default /tmp/llama.cpp/build-cuda)
+#                has one: `bench/build-llama-cpp.sh --cuda` makes it (sm_90 only; about 2 hours
+#                on 2 cores, so it is built once and kept). Without it the device run has no
+#                llama.cpp columns.
+#   libvulkan1.deb  Debian's Vulkan loader, for the Vulkan steps where the device image lacks one
 #   paths.env    the paths compiled into kite-tests (testdata, kite binary, build folder)
 # Then, with the device tool:  run  command="bash bench/cuda-device.sh"  carry=["build-gpu-carry"]  timeout_s=540
 # The test data is all of ../shared/testdata/gguf: the GPU perplexity test reads every file that
@@ -16,16 +22,18 @@ cd "$(dirname "$0")/.."
 build="${1:-build-cuda}"
 carry=build-gpu-carry
 if [ ! -f "$build/CMakeCache.txt" ]; then
-  cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DKITE_CUDA=ON -DKITE_CUDA_ARCHITECTURES=90
+  cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DKITE_CUDA=ON -DKITE_VULKAN=ON -DKITE_CUDA_ARCHITECTURES=90
 fi
 grep -q '^KITE_CUDA:BOOL=ON' "$build/CMakeCache.txt" || { echo "$build is not a KITE_CUDA=ON build" >&2; exit 1; }
+grep -q '^KITE_VULKAN:BOOL=ON' "$build/CMakeCache.txt" ||
+  { echo "$build is not a KITE_VULKAN=ON build (cmake -DKITE_VULKAN=ON $build)" >&2; exit 1; }
 grep -q '^KITE_CUDA_ARCHITECTURES:STRING=90$' "$build/CMakeCache.txt" ||
   echo "warning: $build is not built for sm_90 only (bigger binaries)" >&2
 nice cmake --build "$build" --target kite kite-tests kite-cuda-bandwidth -j"${JOBS:-2}"
 
 rm -rf "$carry"
 stage="$(mktemp -d)"
-mkdir -p "$stage/bin" "$stage/lib" "$carry/testdata/gguf"
+mkdir -p "$stage/bin" "$stage/lib" "$carry"
 for exe in "$build/tools/kite" "$build/tests/kite-tests" "$build/bench/kite-cuda-bandwidth"; do
   strip -o "$stage/bin/$(basename "$exe")" "$exe"
 done
@@ -37,8 +45,23 @@ tar -C "$stage" -cJf "$carry/kite-bin.tar.xz" bin lib
 rm -rf "$stage"
 
 src="$(sed -n 's/^KITE_TESTDATA_DIR:PATH=//p' "$build/CMakeCache.txt")"
-cp "$src"/gguf/*.gguf "$src"/gguf/peer-reference.json "$carry/testdata/gguf/"
-cp "$src"/heldout.txt "$carry/testdata/"
+(cd "$src" && tar -cf - gguf/*.gguf gguf/peer-reference.json heldout.txt) | xz -T0 -6 >"$carry/testdata.tar.xz"
+
+(cd "$carry" && apt-get download libvulkan1 >/dev/null 2>&1 && mv libvulkan1_*.deb libvulkan1.deb) ||
+  echo "could not download libvulkan1 (apt): the device run's Vulkan steps need the image's loader" >&2
+
+llama="${LLAMA_CUDA_BUILD:-/tmp/llama.cpp/build-cuda}"
+if [ -x "$llama/bin/llama-bench" ] && [ -x "$llama/bin/llama-batched-bench" ]; then
+  stage="$(mktemp -d)"
+  mkdir -p "$stage/llama"
+  for exe in llama-bench llama-batched-bench; do strip -o "$stage/llama/$exe" "$llama/bin/$exe"; done
+  ldd "$llama/bin/llama-bench" "$llama/bin/llama-batched-bench" | awk '/=>/ {print $3}' | sort -u |
+    grep -F "$llama" | while read -r lib; do strip -o "$stage/llama/$(basename "$lib")" "$lib"; done
+  tar -C "$stage" -cf - llama | xz -T0 -6 >"$carry/llama-cuda.tar.xz"
+  rm -rf "$stage"
+else
+  echo "no llama.cpp CUDA build in $llama (bench/build-llama-cpp.sh --cuda): the device run will have no llama.cpp columns" >&2
+fi
 {
   echo "KITE_TESTDATA_DIR=$src"
   echo "KITE_EXE=$(cd "$build" && pwd)/tools/kite"

@@ -18,8 +18,13 @@
 #   6. the same as 4 for llama-8b Q4_0 / Q8_0, then llama-1b and llama-3b x Q4_K_M / Q4_0 / Q8_0
 #   7. the other GPU tests: every GGUF file's perplexity against llama.cpp's, batch invariance
 #   8. CUDA graphs on (KITE_CUDA_GRAPHS=1; off by default): greedy + batch invariance, 1B decode
+#   9. the Vulkan backend on the same GPU (NVIDIA's Vulkan driver; the loader from
+#      build-gpu-carry/libvulkan1.deb where the image has none): its tests, then 1B decode/prefill
+# With llama.cpp's CUDA build carried (prepare packs it when built), each model of 4. and 6. is
+# also written as a GGUF file and run by llama-bench and llama-batched-bench right after kite.
 # Dry run on a machine without a GPU (checks the script, the parsing and the summary):
 #   DEVICE=cpu BIN=build-cudaprep MODELS="tiny:q4_K_M:60 tiny:q8_0:60" SKIP_TESTS=1 bash bench/cuda-device.sh
+# (LLAMA_BIN=/tmp/llama.cpp/build/bin adds llama.cpp's rows from a CPU build.)
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 root="$PWD"
@@ -86,6 +91,7 @@ if [ -n "${BIN:-}" ]; then  # a build folder given (dry runs)
     [ -x "$exe" ] && ln -sf "$(cd "$(dirname "$exe")" && pwd)/$(basename "$exe")" "$bin/$(basename "$exe")"
   done
   echo "| binaries | from $BIN | | |" >>"$sum"
+  llama="${LLAMA_BIN:-}"  # a llama.cpp bin folder (llama-bench, llama-batched-bench), for dry runs
 elif [ -f "$carry/kite-bin.tar.xz" ]; then
   mkdir -p /tmp/kite-dist
   tar -C /tmp/kite-dist -xJf "$carry/kite-bin.tar.xz"
@@ -97,11 +103,20 @@ elif [ -f "$carry/kite-bin.tar.xz" ]; then
   # The paths compiled into kite-tests (test data, the kite binary, the build folder).
   # shellcheck disable=SC1091
   source "$carry/paths.env"
-  mkdir -p "$(dirname "$KITE_TESTDATA_DIR")" "$(dirname "$KITE_EXE")" "$KITE_BINARY_DIR"
-  [ -e "$KITE_TESTDATA_DIR" ] || ln -s "$carry/testdata" "$KITE_TESTDATA_DIR"
+  mkdir -p "$(dirname "$KITE_TESTDATA_DIR")" "$(dirname "$KITE_EXE")" "$KITE_BINARY_DIR" /tmp/kite-testdata
+  tar -C /tmp/kite-testdata -xJf "$carry/testdata.tar.xz"
+  [ -e "$KITE_TESTDATA_DIR" ] || ln -s /tmp/kite-testdata "$KITE_TESTDATA_DIR"
   [ -e "$KITE_EXE" ] || ln -s "$bin/kite" "$KITE_EXE"
   echo "| binaries | prebuilt (build-gpu-carry) | | LD_LIBRARY_PATH=$LD_LIBRARY_PATH |" >>"$sum"
   run_step "ldd" 10 bash -c "ldd $bin/kite-tests | grep -E 'not found|cublas|cudart' || true"
+  # llama.cpp's CUDA build, when prepare carried one: the same synthetic files, the same run.
+  if [ -f "$carry/llama-cuda.tar.xz" ]; then
+    mkdir -p /tmp/llama-dist
+    tar -C /tmp/llama-dist -xJf "$carry/llama-cuda.tar.xz"
+    llama=/tmp/llama-dist/llama
+    export LD_LIBRARY_PATH="$llama:$LD_LIBRARY_PATH"
+    run_step "ldd llama.cpp" 10 bash -c "ldd $llama/llama-bench | grep -E 'not found|cublas|cudart|ggml' || true"
+  fi
 else
   build="$root/build-gpu"
   bin="$work/bin"
@@ -138,10 +153,15 @@ fi
 # bench_model SHAPE TYPE SECONDS: one kite bench process (model built once): pp512, tg128 and
 # batched decode at 1, 16, 64 sequences; a row of the results table.
 bench_model() {
-  local shape=$1 type=$2 limit=$3 f json built gib pp tg gbs pct b1 b16 b64
+  local shape=$1 type=$2 limit=$3 f json built gib pp tg gbs pct b1 b16 b64 gguf="" write=()
   KEEP='built|^\| +(1|16|64) \||^\{'
+  if [ -n "${llama:-}" ]; then  # the same model as a file, for llama.cpp
+    gguf="$work/$shape-$type.gguf"
+    write=(--write-gguf "$gguf")
+  fi
   run_step "bench $shape $type" "$limit" "$bin/kite" bench --device "$device" --synthetic "$shape" --type "$type" \
-    -p 512 -n 128 -r 2 --json "${bw_flag[@]}" --and-parallel 1,16,64 --parallel-prompt 128 --parallel-gen 32
+    -p 512 -n 128 -r 2 --json "${bw_flag[@]}" --and-parallel 1,16,64 --parallel-prompt 128 --parallel-gen 32 \
+    "${write[@]}"
   f="$work/last.out"
   json=$(grep -m1 '^{' "$f")
   num() { echo "$json" | sed -n "s/.*\"$1\": \([0-9.]*\).*/\1/p"; }
@@ -157,6 +177,29 @@ bench_model() {
   b16=$(col 16)
   b64=$(col 64)
   echo "| $shape | $type | ${gib:--} | ${built:--} | ${pp:--} | ${tg:--} | ${gbs:--} | ${pct:--} | ${b1:--} | ${b16:--} | ${b64:--} |" >>"$results"
+  [ -n "$gguf" ] && [ -f "$gguf" ] && llama_model "$shape" "$type" "$gguf"
+  [ -n "$gguf" ] && rm -f "$gguf"
+}
+
+# llama_model SHAPE TYPE FILE: llama.cpp's CUDA build on the same file (all layers on the GPU,
+# flash attention on): llama-bench pp512/tg128, llama-batched-bench at 1, 16, 64 sequences with
+# the same prompt and generation lengths as kite's; a llama.cpp row of the results table.
+llama_model() {
+  local shape=$1 type=$2 file=$3 pp tg b1 b16 b64
+  KEEP='pp512|tg128'
+  run_step "llama.cpp bench $shape $type" 60 "$llama/llama-bench" -m "$file" -ngl 99 -fa 1 -p 512 -n 128 -r 2
+  ts() { awk -F'|' -v t="$1" '$0 ~ t { gsub(/ /, "", $(NF-1)); split($(NF-1), a, "±"); print a[1] }' "$work/last.out" | head -1; }
+  pp=$(ts pp512)
+  tg=$(ts tg128)
+  KEEP='^\| +(128) \|'
+  run_step "llama.cpp batched $shape $type" 60 "$llama/llama-batched-bench" -m "$file" -ngl 99 -fa on \
+    -c 16384 -npp 128 -ntg 32 -npl 1,16,64
+  # Columns: | PP | TG | B | N_KV | T_PP s | S_PP t/s | T_TG s | S_TG t/s | T s | S t/s |
+  col() { awk -F'|' -v b="$1" '$4 + 0 == b && $2 + 0 == 128 { gsub(/ /, "", $9); print $9 }' "$work/last.out" | head -1; }
+  b1=$(col 1)
+  b16=$(col 16)
+  b64=$(col 64)
+  echo "| $shape | $type llama.cpp | | | ${pp:--} | ${tg:--} | | | ${b1:--} | ${b16:--} | ${b64:--} |" >>"$results"
 }
 
 # 4.-6. Synthetic models; op conformance after the first (the headline) one.
@@ -180,6 +223,21 @@ if [ -z "${SKIP_TESTS:-}" ]; then
   KEEP='^\||graph capture'
   KITE_CUDA_GRAPHS=1 run_step "bench llama-1b q4_K_M graphs" 40 "$bin/kite" bench --device "$device" \
     --synthetic llama-1b --type q4_K_M -p 0 -n 128 -r 2 "${bw_flag[@]}"
+fi
+
+# 9. Vulkan on the same GPU.
+if [ -z "${SKIP_TESTS:-}" ] && [ -z "${BIN:-}" ]; then
+  if ! ldconfig -p | grep -q 'libvulkan.so.1' && [ -f "$carry/libvulkan1.deb" ]; then
+    dpkg -x "$carry/libvulkan1.deb" /tmp/vkloader
+    export LD_LIBRARY_PATH="/tmp/vkloader/usr/lib/x86_64-linux-gnu:$LD_LIBRARY_PATH"
+  fi
+  icd=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
+  [ -f "$icd" ] && [ -z "$(ls /usr/share/vulkan/icd.d /etc/vulkan/icd.d 2>/dev/null)" ] && export VK_DRIVER_FILES="$icd"
+  KEEP='test cases|assertions|ERROR|FAILED|vulkan devices|greedy tokens|on vulkan'
+  KITE_REQUIRE_VULKAN=1 run_step "vulkan tests" 90 "$bin/kite-tests" -tc="vulkan:*" --duration=true
+  KEEP='^\||^\{'
+  run_step "bench llama-1b q4_K_M vulkan" 60 "$bin/kite" bench --device vulkan --synthetic llama-1b --type q4_K_M \
+    -p 512 -n 128 -r 2 "${bw_flag[@]}"
 fi
 
 say ""
