@@ -554,7 +554,10 @@ void write_safetensors(const std::filesystem::path& p, const std::vector<const k
   for (const auto* t : tensors) {
     if (header.size() > 1) header += ",";
     header += "\"" + t->name + "\":{\"dtype\":\"" + t->dtype + "\",\"shape\":[";
-    for (size_t i = 0; i < t->shape.size(); ++i) header += (i ? "," : "") + std::to_string(t->shape[i]);
+    for (size_t i = 0; i < t->shape.size(); ++i) {
+      if (i > 0) header += ',';
+      header += std::to_string(t->shape[i]);
+    }
     header +=
         "],\"data_offsets\":[" + std::to_string(data.size()) + "," + std::to_string(data.size() + t->nbytes) + "]}";
     data.append(reinterpret_cast<const char*>(t->data), t->nbytes);

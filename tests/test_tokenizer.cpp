@@ -46,7 +46,10 @@ std::shared_ptr<const Tokenizer> load_folder_tokenizer(const std::string& path) 
 
 std::string ids_text(const std::vector<TokenId>& ids) {
   std::string s;
-  for (TokenId id : ids) s += (s.empty() ? "" : " ") + std::to_string(id);
+  for (TokenId id : ids) {
+    if (!s.empty()) s += ' ';
+    s += std::to_string(id);
+  }
   return s;
 }
 
