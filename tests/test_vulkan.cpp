@@ -12,6 +12,7 @@
 #include "src/core/backend.h"
 #include "src/core/graph.h"
 #include "tests/gpu_checks.h"
+#include "tests/ops_test_util.h"
 #include "tests/process.h"
 #include "tests/testdata.h"
 #ifdef KITE_VULKAN
@@ -117,6 +118,22 @@ TEST_CASE("vulkan: bytes round-trip through device buffers and copy on the devic
   auto st = b.upload(host, x.data(), 16);
   REQUIRE_FALSE(st.ok());
   CHECK(st.error().message.find("'host'") != std::string::npos);
+}
+
+TEST_CASE("vulkan: the GPU-shaped mul_mat (forced on lavapipe) matches the reference for every type") {
+  if (!have_vulkan("gpu mul_mat")) return;
+  // A CPU device (lavapipe) takes the row-per-lane kernels; real GPUs the k-split ones, which
+  // KITE_VULKAN_MATMUL=gpu forces here so CI runs them too.
+  setenv("KITE_VULKAN_MATMUL", "gpu", 1);
+  uint32_t seed = 900;
+  for (DType t : ops_test::kQuantTypes)
+    for (int64_t n : {1, 9}) ops_test::check_mul_mat(t, 512, 37, n, 1, false, seed++);
+  for (DType t : ops_test::kFloatTypes) {
+    ops_test::check_mul_mat(t, 520, 21, 1, 1, false, seed++);
+    ops_test::check_mul_mat(t, 67, 13, 3, 1, false, seed++);
+  }
+  ops_test::check_mul_mat(DType::Q4_K, 256, 21, 5, 2, true, seed++);  // 3-D, strided
+  unsetenv("KITE_VULKAN_MATMUL");
 }
 
 TEST_CASE("vulkan: greedy output of the F16 test models equals the CPU's (except near-ties)") {

@@ -210,6 +210,7 @@ Status Device::open(int index) {
   VkPhysicalDeviceProperties props;
   api_->vkGetPhysicalDeviceProperties(physical_, &props);
   name_ = props.deviceName;
+  is_gpu_ = props.deviceType != VK_PHYSICAL_DEVICE_TYPE_CPU;
 
   uint32_t nq = 0;
   api_->vkGetPhysicalDeviceQueueFamilyProperties(physical_, &nq, nullptr);

@@ -77,6 +77,7 @@ class Device {
   VkDevice handle() const { return device_; }
   const std::string& name() const { return name_; }
   uint32_t queue_family() const { return queue_family_; }
+  bool is_gpu() const { return is_gpu_; }
 
   // Device memory with a device address, registered as a range of this device (out of memory
   // is an error naming what it was for).
@@ -124,6 +125,7 @@ class Device {
   VkQueue queue_ = VK_NULL_HANDLE;
   uint32_t queue_family_ = 0;
   std::string name_;
+  bool is_gpu_ = true;
   VkPhysicalDeviceMemoryProperties mem_props_{};
   uint32_t device_type_ = UINT32_MAX;   // memory type of buffers
   uint32_t staging_type_ = UINT32_MAX;  // host-visible memory for staging (when buffers are not)

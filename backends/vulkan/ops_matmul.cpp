@@ -3,14 +3,21 @@
 // (shaders/dequant.glsl, the scalar reference's values bit for bit) and multiply in f32: no
 // int8 activation quantization, so results are as close to the CPU reference as f32 sums allow.
 //
-// mul_mat: shaders/mul_mat_<type>.comp, one workgroup per tile of kMulMatRows weight rows x
-// kMulMatCols activation columns (each weight chunk is decoded once per tile and used for every
-// column of it; more columns take more tiles); mul_mat1_<type>.comp for one column (decode).
+// mul_mat has two shapes, one for each kind of device (KITE_VULKAN_MATMUL=gpu or =cpu forces
+// one; otherwise Stream::is_gpu() decides):
+// - CPU lanes (lavapipe): shaders/mul_mat_<type>.comp, one workgroup per tile of kMulMatRows
+//   weight rows x kMulMatCols activation columns, each invocation owning whole rows (each weight
+//   chunk is decoded once per tile and used for every column of it; more columns take more
+//   tiles); mul_mat1_<type>.comp for one column (decode).
+// - GPUs: shaders/mmv_gpu_<type>.comp, one workgroup per kGpuRows weight rows x kGpuCols
+//   columns, its invocations splitting k (coalesced weight reads) and adding their partial sums
+//   in shared memory; mmv_gpu1_<type>.comp for one column. Decode has m / kGpuRows workgroups.
 // Activations are read as 16-byte vectors; rows that are not aligned for it are first copied
 // to scratch by mul_mat_pack_x.comp. get_rows: shaders/get_rows_<type>.comp, one invocation per
 // 8 elements.
 #include <array>
 #include <cstddef>
+#include <cstdlib>
 #include <limits>
 #include <string_view>
 
@@ -22,36 +29,55 @@ namespace {
 
 constexpr uint32_t kMulMatRows = 256;    // ROWS in shaders/mul_mat.glsl
 constexpr uint32_t kMulMatCols = 8;      // NC in shaders/mul_mat.glsl
+constexpr uint32_t kGpuRows = 2;         // NR in shaders/mmv_gpu.glsl
+constexpr uint32_t kGpuCols = 8;         // NC in shaders/mmv_gpu.glsl
 constexpr uint32_t kGetRowsGroup = 128;  // WG in shaders/get_rows.glsl
 constexpr uint32_t kChunk = 8;           // elements per decoded chunk (shaders/dequant.glsl)
 constexpr uint32_t kPackGroup = 256;     // local size of shaders/mul_mat_pack_x.comp
 
 // The shaders of one weight type. mul_mat[0] takes kMulMatCols columns a tile, mul_mat[1] one
-// (n = 1, decode: no work on absent columns). Float types add the same pair for rows that start
-// 16-byte aligned with k % 8 == 0 (16-byte weight loads).
+// (n = 1, decode: no work on absent columns); gpu is the same pair in the GPU shape. Float types
+// add both pairs for rows that start 16-byte aligned with k % 8 == 0 (16-byte weight loads).
 struct TypeShaders {
   DType type;
   std::string_view get_rows;
   std::array<std::string_view, 2> mul_mat;
+  std::array<std::string_view, 2> gpu;
   std::array<std::string_view, 2> mul_mat_a16 = {};
+  std::array<std::string_view, 2> gpu_a16 = {};
 };
 
 constexpr std::array<TypeShaders, 15> kShaders = {{
-    {DType::F32, "get_rows_f32", {"mul_mat_f32", "mul_mat1_f32"}, {"mul_mat_f32_a16", "mul_mat1_f32_a16"}},
-    {DType::F16, "get_rows_f16", {"mul_mat_f16", "mul_mat1_f16"}, {"mul_mat_f16_a16", "mul_mat1_f16_a16"}},
-    {DType::BF16, "get_rows_bf16", {"mul_mat_bf16", "mul_mat1_bf16"}, {"mul_mat_bf16_a16", "mul_mat1_bf16_a16"}},
-    {DType::Q4_0, "get_rows_q4_0", {"mul_mat_q4_0", "mul_mat1_q4_0"}},
-    {DType::Q4_1, "get_rows_q4_1", {"mul_mat_q4_1", "mul_mat1_q4_1"}},
-    {DType::Q5_0, "get_rows_q5_0", {"mul_mat_q5_0", "mul_mat1_q5_0"}},
-    {DType::Q5_1, "get_rows_q5_1", {"mul_mat_q5_1", "mul_mat1_q5_1"}},
-    {DType::Q8_0, "get_rows_q8_0", {"mul_mat_q8_0", "mul_mat1_q8_0"}},
-    {DType::Q2_K, "get_rows_q2_k", {"mul_mat_q2_k", "mul_mat1_q2_k"}},
-    {DType::Q3_K, "get_rows_q3_k", {"mul_mat_q3_k", "mul_mat1_q3_k"}},
-    {DType::Q4_K, "get_rows_q4_k", {"mul_mat_q4_k", "mul_mat1_q4_k"}},
-    {DType::Q5_K, "get_rows_q5_k", {"mul_mat_q5_k", "mul_mat1_q5_k"}},
-    {DType::Q6_K, "get_rows_q6_k", {"mul_mat_q6_k", "mul_mat1_q6_k"}},
-    {DType::IQ4_NL, "get_rows_iq4_nl", {"mul_mat_iq4_nl", "mul_mat1_iq4_nl"}},
-    {DType::IQ4_XS, "get_rows_iq4_xs", {"mul_mat_iq4_xs", "mul_mat1_iq4_xs"}},
+    {DType::F32,
+     "get_rows_f32",
+     {"mul_mat_f32", "mul_mat1_f32"},
+     {"mmv_gpu_f32", "mmv_gpu1_f32"},
+     {"mul_mat_f32_a16", "mul_mat1_f32_a16"},
+     {"mmv_gpu_f32_a16", "mmv_gpu1_f32_a16"}},
+    {DType::F16,
+     "get_rows_f16",
+     {"mul_mat_f16", "mul_mat1_f16"},
+     {"mmv_gpu_f16", "mmv_gpu1_f16"},
+     {"mul_mat_f16_a16", "mul_mat1_f16_a16"},
+     {"mmv_gpu_f16_a16", "mmv_gpu1_f16_a16"}},
+    {DType::BF16,
+     "get_rows_bf16",
+     {"mul_mat_bf16", "mul_mat1_bf16"},
+     {"mmv_gpu_bf16", "mmv_gpu1_bf16"},
+     {"mul_mat_bf16_a16", "mul_mat1_bf16_a16"},
+     {"mmv_gpu_bf16_a16", "mmv_gpu1_bf16_a16"}},
+    {DType::Q4_0, "get_rows_q4_0", {"mul_mat_q4_0", "mul_mat1_q4_0"}, {"mmv_gpu_q4_0", "mmv_gpu1_q4_0"}},
+    {DType::Q4_1, "get_rows_q4_1", {"mul_mat_q4_1", "mul_mat1_q4_1"}, {"mmv_gpu_q4_1", "mmv_gpu1_q4_1"}},
+    {DType::Q5_0, "get_rows_q5_0", {"mul_mat_q5_0", "mul_mat1_q5_0"}, {"mmv_gpu_q5_0", "mmv_gpu1_q5_0"}},
+    {DType::Q5_1, "get_rows_q5_1", {"mul_mat_q5_1", "mul_mat1_q5_1"}, {"mmv_gpu_q5_1", "mmv_gpu1_q5_1"}},
+    {DType::Q8_0, "get_rows_q8_0", {"mul_mat_q8_0", "mul_mat1_q8_0"}, {"mmv_gpu_q8_0", "mmv_gpu1_q8_0"}},
+    {DType::Q2_K, "get_rows_q2_k", {"mul_mat_q2_k", "mul_mat1_q2_k"}, {"mmv_gpu_q2_k", "mmv_gpu1_q2_k"}},
+    {DType::Q3_K, "get_rows_q3_k", {"mul_mat_q3_k", "mul_mat1_q3_k"}, {"mmv_gpu_q3_k", "mmv_gpu1_q3_k"}},
+    {DType::Q4_K, "get_rows_q4_k", {"mul_mat_q4_k", "mul_mat1_q4_k"}, {"mmv_gpu_q4_k", "mmv_gpu1_q4_k"}},
+    {DType::Q5_K, "get_rows_q5_k", {"mul_mat_q5_k", "mul_mat1_q5_k"}, {"mmv_gpu_q5_k", "mmv_gpu1_q5_k"}},
+    {DType::Q6_K, "get_rows_q6_k", {"mul_mat_q6_k", "mul_mat1_q6_k"}, {"mmv_gpu_q6_k", "mmv_gpu1_q6_k"}},
+    {DType::IQ4_NL, "get_rows_iq4_nl", {"mul_mat_iq4_nl", "mul_mat1_iq4_nl"}, {"mmv_gpu_iq4_nl", "mmv_gpu1_iq4_nl"}},
+    {DType::IQ4_XS, "get_rows_iq4_xs", {"mul_mat_iq4_xs", "mul_mat1_iq4_xs"}, {"mmv_gpu_iq4_xs", "mmv_gpu1_iq4_xs"}},
 }};
 
 const TypeShaders* shaders_for(DType t) {
@@ -70,7 +96,7 @@ struct MulMatPush {
   uint32_t k;
   uint32_t m;
   uint32_t n;
-  uint32_t row_tiles;
+  uint32_t row_tiles;  // mul_mat.glsl: ceil(m / kMulMatRows); mmv_gpu.glsl: ceil(m / kGpuRows)
 };
 static_assert(offsetof(MulMatPush, x) == 16 && offsetof(MulMatPush, w_nb1) == 48 &&
               offsetof(MulMatPush, row_tiles) == 68 && sizeof(MulMatPush) == 72);
@@ -139,6 +165,16 @@ bool mul_mat_supported(const Tensor& n) {
   return tiles <= kMax32;
 }
 
+// Whether mul_mat runs in the GPU shape on stream s: KITE_VULKAN_MATMUL=gpu or =cpu forces
+// one shape (so both run, and are tested, on any device); any other value is ignored.
+bool gpu_shape(const Stream& s) {
+  const char* env = std::getenv("KITE_VULKAN_MATMUL");
+  const std::string_view v = env == nullptr ? std::string_view() : std::string_view(env);
+  if (v == "gpu") return true;
+  if (v == "cpu") return false;
+  return s.is_gpu();
+}
+
 bool get_rows_supported(const Tensor& n) {
   const Tensor* t = n.src[0];
   const Tensor* ids = n.src[1];
@@ -181,8 +217,16 @@ Status mul_mat(Stream& s, Tensor* n) {
   }
   const TypeShaders& sh = *shaders_for(w->type);
   const bool w_a16 = !sh.mul_mat_a16[0].empty() && p.w % 16 == 0 && p.w_nb1 % 16 == 0 && p.k % kChunk == 0;
-  const std::string_view name = (w_a16 ? sh.mul_mat_a16 : sh.mul_mat)[cols == 1 ? 1 : 0];
-  return s.dispatch(name, p, uint64_t{p.row_tiles} * ceil_div(cols, kMulMatCols));
+  const size_t variant = cols == 1 ? 1 : 0;
+  // The GPU shape's group count must fit the shader's 32-bit index (supports() checked only the
+  // CPU shape's, which is smaller); past that, the CPU shape runs.
+  const uint64_t gpu_groups = ceil_div(m, kGpuRows) * ceil_div(cols, kGpuCols);
+  if (gpu_shape(s) && gpu_groups <= kMax32) {
+    p.row_tiles = static_cast<uint32_t>(ceil_div(m, kGpuRows));
+    return s.dispatch((w_a16 ? sh.gpu_a16 : sh.gpu)[variant], p, gpu_groups);
+  }
+  return s.dispatch((w_a16 ? sh.mul_mat_a16 : sh.mul_mat)[variant], p,
+                    uint64_t{p.row_tiles} * ceil_div(cols, kMulMatCols));
 }
 
 Status get_rows(Stream& s, Tensor* n) {

@@ -51,6 +51,8 @@ class Stream {
   // group_index() (shaders/common.glsl) and must ignore indices >= the count they were given
   // (the grid can have up to 65534 more groups than asked for).
   virtual Status dispatch(std::string_view shader, const void* push, size_t push_bytes, uint64_t groups) = 0;
+  // False for a CPU implementation of Vulkan (lavapipe), where kernels are shaped differently.
+  virtual bool is_gpu() const = 0;
   template <class P>
   Status dispatch(std::string_view shader, const P& push, uint64_t groups) {
     static_assert(sizeof(P) <= kMaxPush, "push constants over 128 bytes");

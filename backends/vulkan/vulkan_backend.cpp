@@ -20,6 +20,7 @@ constexpr uint32_t kMaxGroupsX = 65535;  // Vulkan's guaranteed maxComputeWorkGr
 class VulkanBuffer final : public Buffer {
  public:
   VulkanBuffer(Backend& backend, std::unique_ptr<Allocation> mem) : backend_(backend), mem_(std::move(mem)) {}
+  ~VulkanBuffer() override { static_cast<void>(backend_.synchronize()); }  // submitted work may use it
   void* base() override { return reinterpret_cast<void*>(mem_->address); }
   size_t size() const override { return mem_->bytes; }
   Backend& backend() override { return backend_; }
@@ -133,6 +134,8 @@ class VulkanBackend final : public Backend, public Stream {
     m.free = m.total - std::min(m.total, dev_->memory_used());
     return m;
   }
+
+  bool is_gpu() const override { return dev_->is_gpu(); }
 
   bool holds_weight(const Tensor& t) const override { return dev_->has_mirror(t.data, t.nbytes()); }
 
