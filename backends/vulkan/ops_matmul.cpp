@@ -86,7 +86,7 @@ const TypeShaders* shaders_for(DType t) {
   return nullptr;
 }
 
-// The layout of P in shaders/mul_mat.glsl (scalar block layout).
+// The layout of P in shaders/mul_mat_push.glsl (scalar block layout).
 struct MulMatPush {
   uint64_t w;
   uint64_t dst;

@@ -13,8 +13,7 @@
 // g % col_tiles, row group g / col_tiles), so the workgroups that run together share their weight
 // rows in cache when n > NC.
 //
-// Push constants: MulMatPush in ops_matmul.cpp (the same layout as mul_mat.glsl's; row_tiles is
-// the number of row groups, ceil(m / NR)).
+// Push constants: mul_mat_push.glsl (row_tiles = ceil(m / NR)).
 
 layout(local_size_x = 64) in;
 const uint WG = 64;  // invocations per workgroup
@@ -29,20 +28,7 @@ const uint U = 1;  // chunks per unit (must divide GROUP)
 const uint U = 2;
 #endif
 
-layout(push_constant, scalar) uniform P {
-  uint64_t w;    // weight row 0; row i at w + i * w_nb1
-  uint64_t dst;  // out row (column) j at dst + j * dst_nb1, f32
-  Rows x;        // activation column j = row j of this walk: k f32, 16-byte aligned, readable
-                 // (and zero) up to k rounded up to 8
-  uint w_nb1;
-  uint dst_nb1;
-  uint k;
-  uint m;           // weight rows
-  uint n;           // activation columns
-  uint row_groups;  // ceil(m / NR)
-} pc;
-
-layout(buffer_reference, scalar, buffer_reference_align = 16) buffer Vec4s { vec4 v[]; };
+#include "mul_mat_push.glsl"
 
 const uint RED = 8;  // invocations per value in the reduction's first step (divides WG)
 
@@ -52,7 +38,7 @@ shared float red2[NR * NC][RED];
 void main() {
   const uint g = group_index();
   const uint col_tiles = (pc.n + NC - 1) / NC;
-  if (g >= pc.row_groups * col_tiles) return;  // the whole workgroup: barriers stay uniform
+  if (g >= pc.row_tiles * col_tiles) return;  // the whole workgroup: barriers stay uniform
   const uint row0 = (g / col_tiles) * NR, c0 = (g % col_tiles) * NC;
   const uint nc = min(NC, pc.n - c0);
   const uint tid = gl_LocalInvocationID.x;

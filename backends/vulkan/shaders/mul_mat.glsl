@@ -11,7 +11,7 @@
 // multiply-add is what counts, hence the RPI x NC register tile.) Tiles are numbered row tile
 // first (group g: row tile g % row_tiles, column tile g / row_tiles).
 //
-// Push constants: see MulMatPush in ops_matmul.cpp (the same layout).
+// Push constants: mul_mat_push.glsl (row_tiles = ceil(m / ROWS)).
 
 layout(local_size_x = 32) in;
 const uint WG = 32;
@@ -22,20 +22,7 @@ const uint ROWS = WG * RPI;  // weight rows per workgroup
 #endif
 const uint NC = MUL_MAT_NC;  // activation columns per workgroup (1: the n = 1 variants)
 
-layout(push_constant, scalar) uniform P {
-  uint64_t w;    // weight row 0; row i at w + i * w_nb1
-  uint64_t dst;  // out row (column) j at dst + j * dst_nb1, f32
-  Rows x;        // activation column j = row j of this walk: k f32, 16-byte aligned, readable
-                 // (and zero) up to k rounded up to 8
-  uint w_nb1;
-  uint dst_nb1;
-  uint k;
-  uint m;          // weight rows
-  uint n;          // activation columns
-  uint row_tiles;  // ceil(m / ROWS)
-} pc;
-
-layout(buffer_reference, scalar, buffer_reference_align = 16) buffer Vec4s { vec4 v[]; };
+#include "mul_mat_push.glsl"
 
 // Activation values e0..e0+3 and e1..e1+3 of the column at xa.
 void load_x(uint64_t xa, uint e0, uint e1, out float xv[8]) {
