@@ -332,19 +332,18 @@ int run_single(const BenchArgs& a, const std::shared_ptr<const Model>& model, co
     return kExitOk;
   }
   std::printf("| model | size | params | threads | test | t/s | GB/s |\n|---|---:|---:|---:|---|---:|---:|\n");
+  // The threads column names the device for GPU runs (both rows alike).
+  const std::string where = a.device == "cpu" ? std::to_string(threads) : a.device;
   if (!pp.empty())
-    std::printf("| %s | %.2f GiB | %.2f B | %d | pp%d | %.2f | |\n", name.c_str(), weight_bytes / double(1ull << 30),
-                params / 1e9, threads, a.n_prompt, pp_ts);
-  if (!tg.empty() && bw > 0 && a.device == "cpu")
-    std::printf("| %s | %.2f GiB | %.2f B | %d | tg%d | %.2f | %.1f (%.0f%% of %.1f) |\n", name.c_str(),
-                weight_bytes / double(1ull << 30), params / 1e9, threads, a.n_gen, tg_ts, tg_gbs, 100 * tg_gbs / bw, bw);
-  else if (!tg.empty() && bw > 0)
-    std::printf("| %s | %.2f GiB | %.2f B | %s | tg%d | %.2f | %.1f (%.0f%% of %.1f) |\n", name.c_str(),
-                weight_bytes / double(1ull << 30), params / 1e9, a.device.c_str(), a.n_gen, tg_ts, tg_gbs,
-                100 * tg_gbs / bw, bw);
-  else if (!tg.empty())
-    std::printf("| %s | %.2f GiB | %.2f B | %s | tg%d | %.2f | %.1f |\n", name.c_str(), weight_bytes / double(1ull << 30),
-                params / 1e9, a.device.c_str(), a.n_gen, tg_ts, tg_gbs);
+    std::printf("| %s | %.2f GiB | %.2f B | %s | pp%d | %.2f | |\n", name.c_str(), weight_bytes / double(1ull << 30),
+                params / 1e9, where.c_str(), a.n_prompt, pp_ts);
+  if (!tg.empty()) {
+    char gbs[96];
+    if (bw > 0) std::snprintf(gbs, sizeof gbs, "%.1f (%.0f%% of %.1f)", tg_gbs, 100 * tg_gbs / bw, bw);
+    else std::snprintf(gbs, sizeof gbs, "%.1f", tg_gbs);
+    std::printf("| %s | %.2f GiB | %.2f B | %s | tg%d | %.2f | %s |\n", name.c_str(), weight_bytes / double(1ull << 30),
+                params / 1e9, where.c_str(), a.n_gen, tg_ts, gbs);
+  }
   if (bw > 0 && a.bandwidth > 0)
     std::printf("(median of %d; device %s; read bandwidth %.1f GB/s as given)\n", a.reps, a.device.c_str(), bw);
   else if (bw > 0)
