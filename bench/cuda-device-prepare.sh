@@ -5,12 +5,15 @@
 #                sm_90), stripped: the device image has CMake, ninja and nvcc but not the Debian
 #                packages kite builds against (nlohmann-json, CLI11, doctest, cpp-httplib);
 #                lib/: the shared libraries they need beyond glibc/libstdc++ and CUDA's own
-#   testdata.tar.xz  the GGUF test files and heldout.txt (the GPU tests), compressed (49 -> 39 MB)
+#   testdata.tar.xz  the GGUF test files and heldout.txt (the GPU tests), compressed (49 -> 35 MB)
+#   or, with WITH_LLAMA=1, instead of the test data:
 #   llama-cuda.tar.xz  llama.cpp's CUDA build (llama-bench, llama-batched-bench and their
-#                libraries), stripped, when LLAMA_CUDA_BUILD (default /tmp/llama.cpp/build-cuda)
-#                has one: `bench/build-llama-cpp.sh --cuda` makes it (sm_90 only; about 2 hours
-#                on 2 cores, so it is built once and kept). Without it the device run has no
-#                llama.cpp columns.
+#                libraries), stripped, from LLAMA_CUDA_BUILD (default /tmp/llama.cpp/build-cuda):
+#                `bench/build-llama-cpp.sh --cuda` makes it (sm_90 only; about 1h45 on 2 cores,
+#                so it is built once and kept). It is 41 MB compressed: with the test data the
+#                carry would pass 64 MiB, so a GPU session runs the device script twice, once
+#                prepared each way (the llama.cpp comparison first: it is the issue's headline),
+#                or once with the tests only.
 #   libvulkan1.deb  Debian's Vulkan loader, for the Vulkan steps where the device image lacks one
 #   paths.env    the paths compiled into kite-tests (testdata, kite binary, build folder)
 # Then, with the device tool:  run  command="bash bench/cuda-device.sh"  carry=["build-gpu-carry"]  timeout_s=540
@@ -45,13 +48,17 @@ tar -C "$stage" -cJf "$carry/kite-bin.tar.xz" bin lib
 rm -rf "$stage"
 
 src="$(sed -n 's/^KITE_TESTDATA_DIR:PATH=//p' "$build/CMakeCache.txt")"
-(cd "$src" && tar -cf - gguf/*.gguf gguf/peer-reference.json heldout.txt) | xz -T0 -6 >"$carry/testdata.tar.xz"
+if [ "${WITH_LLAMA:-0}" != 1 ]; then
+  (cd "$src" && tar -cf - gguf/*.gguf gguf/peer-reference.json heldout.txt) | xz -T0 -6 >"$carry/testdata.tar.xz"
+fi
 
 (cd "$carry" && apt-get download libvulkan1 >/dev/null 2>&1 && mv libvulkan1_*.deb libvulkan1.deb) ||
   echo "could not download libvulkan1 (apt): the device run's Vulkan steps need the image's loader" >&2
 
 llama="${LLAMA_CUDA_BUILD:-/tmp/llama.cpp/build-cuda}"
-if [ -x "$llama/bin/llama-bench" ] && [ -x "$llama/bin/llama-batched-bench" ]; then
+if [ "${WITH_LLAMA:-0}" != 1 ]; then
+  echo "llama.cpp's CUDA build left out (WITH_LLAMA=1 carries it instead of the test data)" >&2
+elif [ -x "$llama/bin/llama-bench" ] && [ -x "$llama/bin/llama-batched-bench" ]; then
   stage="$(mktemp -d)"
   mkdir -p "$stage/llama"
   for exe in llama-bench llama-batched-bench; do strip -o "$stage/llama/$exe" "$llama/bin/$exe"; done

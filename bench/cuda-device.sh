@@ -104,8 +104,13 @@ elif [ -f "$carry/kite-bin.tar.xz" ]; then
   # shellcheck disable=SC1091
   source "$carry/paths.env"
   mkdir -p "$(dirname "$KITE_TESTDATA_DIR")" "$(dirname "$KITE_EXE")" "$KITE_BINARY_DIR" /tmp/kite-testdata
-  tar -C /tmp/kite-testdata -xJf "$carry/testdata.tar.xz"
-  [ -e "$KITE_TESTDATA_DIR" ] || ln -s /tmp/kite-testdata "$KITE_TESTDATA_DIR"
+  if [ -f "$carry/testdata.tar.xz" ]; then
+    tar -C /tmp/kite-testdata -xJf "$carry/testdata.tar.xz"
+    [ -e "$KITE_TESTDATA_DIR" ] || ln -s /tmp/kite-testdata "$KITE_TESTDATA_DIR"
+  else  # prepared WITH_LLAMA=1: the benchmarks and llama.cpp's, no tests
+    SKIP_TESTS=1
+    echo "| tests | skipped: no test data carried (prepared with WITH_LLAMA=1) | | |" >>"$sum"
+  fi
   [ -e "$KITE_EXE" ] || ln -s "$bin/kite" "$KITE_EXE"
   echo "| binaries | prebuilt (build-gpu-carry) | | LD_LIBRARY_PATH=$LD_LIBRARY_PATH |" >>"$sum"
   run_step "ldd" 10 bash -c "ldd $bin/kite-tests | grep -E 'not found|cublas|cudart' || true"
