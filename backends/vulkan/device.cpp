@@ -122,11 +122,6 @@ int type_rank(VkPhysicalDeviceType t) {
   }
 }
 
-const char* type_name(VkPhysicalDeviceType t) {
-  static const char* names[] = {"discrete", "integrated", "virtual", "cpu", "other"};
-  return names[type_rank(t)];
-}
-
 // The usable physical devices in kite's order, or why there are none.
 Result<std::vector<VkPhysicalDevice>> usable_devices(const Instance& in) {
   uint32_t n = 0;
@@ -170,16 +165,14 @@ Error vk_error(VkResult r, const char* call, const char* file, int line) {
   return make_error("vulkan: ", call, " failed: ", result_name(r), " (", static_cast<int>(r), ") at ", file, ":", line);
 }
 
-Result<std::vector<DeviceInfo>> list_devices() {
+Result<std::vector<std::string>> list_devices() {
   KITE_ASSIGN_OR_RETURN(const Instance* in, instance());
   KITE_ASSIGN_OR_RETURN(auto pds, usable_devices(*in));
-  std::vector<DeviceInfo> out;
+  std::vector<std::string> out;
   for (VkPhysicalDevice pd : pds) {
     VkPhysicalDeviceProperties p;
     in->api.vkGetPhysicalDeviceProperties(pd, &p);
-    VkPhysicalDeviceMemoryProperties m;
-    in->api.vkGetPhysicalDeviceMemoryProperties(pd, &m);
-    out.push_back({p.deviceName, type_name(p.deviceType), p.apiVersion, largest_device_heap(m)});
+    out.emplace_back(p.deviceName);
   }
   return out;
 }

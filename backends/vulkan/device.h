@@ -54,16 +54,10 @@ struct Allocation {
   ~Allocation();
 };
 
-// A physical device kite can use (the features it needs are present), in kite's order:
-// discrete GPUs, then integrated, virtual and CPU (lavapipe) devices.
-struct DeviceInfo {
-  std::string name;
-  std::string type;  // "discrete", "integrated", "virtual", "cpu", "other"
-  uint32_t api_version = 0;
-  size_t memory = 0;  // the largest device-local heap
-};
-// The usable devices; an error says why there are none (no loader, no driver, features).
-Result<std::vector<DeviceInfo>> list_devices();
+// The names of the physical devices kite can use (the features it needs are present), in kite's
+// order: discrete GPUs, then integrated, virtual and CPU (lavapipe) devices; an error says why
+// there are none (no loader, no driver, features).
+Result<std::vector<std::string>> list_devices();
 
 class Device {
  public:
@@ -112,7 +106,6 @@ class Device {
  private:
   Device() = default;
   Status open(int index);
-  uint32_t pick_memory_type(uint32_t allowed, bool staging) const;
   // Runs `record` in a one-off command buffer and waits (transfers of write/read/mirror).
   template <class F>
   Status run_once(F&& record);

@@ -14,7 +14,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <memory>
 #include <string_view>
 
 #include "src/base/status.h"
@@ -24,27 +23,14 @@ namespace kite::vk {
 
 inline constexpr size_t kMaxPush = 128;  // bytes of push constants (Vulkan's guaranteed minimum)
 
-class Device;
-struct Allocation;
-
-// Device memory that only grows (reused by every step after the first).
-struct Scratch {
-  Scratch();
-  ~Scratch();
-  Scratch(const Scratch&) = delete;
-  Scratch& operator=(const Scratch&) = delete;
-  std::unique_ptr<Allocation> mem;
-};
-
 class Stream {
  public:
   virtual ~Stream() = default;
   // The device address of a tensor's bytes: its buffer's, or the mirror of a host weight.
   virtual Result<uint64_t> address(const Tensor* t) = 0;
-  // At least `bytes` of scratch `s` (grows, never shrinks; its address may change when it grows).
-  virtual Result<uint64_t> scratch(Scratch& s, size_t bytes, std::string_view what) = 0;
-  // The same, for this backend's scratch named `slot` (e.g. "mul_mat.x"; created on first use).
-  // Op code keeps no scratch of its own: every backend (context) has its own.
+  // At least `bytes` of this backend's scratch named `slot` (e.g. "mul_mat.x"; created on first
+  // use; grows, never shrinks, and its address may change when it grows). Op code keeps no
+  // scratch of its own: every backend (context) has its own.
   virtual Result<uint64_t> scratch(std::string_view slot, size_t bytes) = 0;
   // Records shader `name` over `groups` workgroups with the given push constants. The groups are
   // laid out as a 2-D grid (x at most 65535, y as needed): shaders take their flat index from

@@ -10,9 +10,6 @@
 
 namespace kite::vk {
 
-Scratch::Scratch() = default;
-Scratch::~Scratch() = default;
-
 namespace {
 
 constexpr uint32_t kMaxGroupsX = 65535;  // Vulkan's guaranteed maxComputeWorkGroupCount
@@ -151,15 +148,6 @@ class VulkanBackend final : public Backend, public Stream {
     return base + static_cast<uint64_t>(static_cast<const uint8_t*>(t->data) - static_cast<const uint8_t*>(root->data));
   }
 
-  Result<uint64_t> scratch(Scratch& s, size_t bytes, std::string_view what) override {
-    if (s.mem && s.mem->bytes >= bytes) return s.mem->address;
-    // The old memory may be read by dispatches already recorded in this command buffer: keep it
-    // until the buffer has run.
-    if (s.mem) retired_.push_back(std::move(s.mem));
-    KITE_ASSIGN_OR_RETURN(s.mem, dev_->alloc(bytes + bytes / 4 + 256, std::string(what) + " scratch"));
-    return s.mem->address;
-  }
-
   Status dispatch(std::string_view shader, const void* push, size_t push_bytes, uint64_t groups) override {
     if (push_bytes > kMaxPush) return make_error("vulkan: ", shader, ": ", push_bytes, " bytes of push constants");
     if (groups == 0) return ok_status();
@@ -176,12 +164,16 @@ class VulkanBackend final : public Backend, public Stream {
 
   Result<uint64_t> scratch(std::string_view slot, size_t bytes) override {
     auto it = std::find_if(scratch_.begin(), scratch_.end(), [&](const auto& e) { return e.first == slot; });
-    if (it == scratch_.end()) {
-      scratch_.emplace_back(std::string(slot), std::make_unique<Scratch>());
-      it = scratch_.end() - 1;
-    }
-    return scratch(*it->second, bytes, slot);
+    if (it == scratch_.end()) it = scratch_.emplace(scratch_.end(), std::string(slot), nullptr);
+    std::unique_ptr<Allocation>& mem = it->second;
+    if (mem && mem->bytes >= bytes) return mem->address;
+    // The old memory may be read by dispatches already recorded in this command buffer: keep it
+    // until the buffer has run.
+    if (mem) retired_.push_back(std::move(mem));
+    KITE_ASSIGN_OR_RETURN(mem, dev_->alloc(bytes + bytes / 4 + 256, std::string(slot) + " scratch"));
+    return mem->address;
   }
+
 
  private:
   // Starts recording (after the previous command buffer has run: one in flight at a time).
@@ -234,18 +226,15 @@ class VulkanBackend final : public Backend, public Stream {
   VkFence fence_ = VK_NULL_HANDLE;
   bool in_flight_ = false;
   MirrorHolds refs_;
-  std::vector<std::pair<std::string, std::unique_ptr<Scratch>>> scratch_;
+  std::vector<std::pair<std::string, std::unique_ptr<Allocation>>> scratch_;
   std::vector<std::unique_ptr<Allocation>> retired_;
 };
 
 }  // namespace
 
 std::vector<std::string> vulkan_devices() {
-  std::vector<std::string> names;
-  auto devs = list_devices();
-  if (devs.ok())
-    for (const DeviceInfo& d : *devs) names.push_back(d.name);
-  return names;
+  auto names = list_devices();
+  return names.ok() ? *names : std::vector<std::string>{};
 }
 
 Result<std::unique_ptr<Backend>> make_vulkan_backend(const BackendOptions& opts) {
