@@ -15,6 +15,7 @@ packages=(
   g++-aarch64-linux-gnu qemu-user   # the NEON kernels' op tests, cross-built and run under qemu
   libvulkan-dev glslc               # the Vulkan backend: headers, the loader, the shader compiler
   mesa-vulkan-drivers               # lavapipe: a Vulkan device on the CPU, for the Vulkan tests
+  libboost-context-dev              # fibers for the CPU CUDA emulator (the CUDA backend's tests)
 )
 # Node.js and npm run the official `openai` client against `kite serve` in the tests. Any Node >= 18
 # does (Debian 12's nodejs + npm; a machine that already has node and npm keeps its own).

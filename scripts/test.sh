@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The whole test suite: build, every ctest test, the op tests on aarch64 under qemu, then each
+# The whole test suite: build, every ctest test, the CUDA backend's tests on the CPU CUDA emulator,
+# the op tests on aarch64 under qemu, then each
 # fuzz target for a bounded time
 # (KITE_FUZZ_SECONDS per target, default 30; 0 skips fuzzing).
 set -euo pipefail
@@ -9,6 +10,13 @@ bash scripts/build.sh
 # The Vulkan tests run on lavapipe (install-deps.sh installs it): here a missing device fails them
 # rather than skipping.
 KITE_REQUIRE_VULKAN="${KITE_REQUIRE_VULKAN:-1}" ctest --test-dir "$build" -j "$(nproc)" --output-on-failure
+# The CUDA backend on the CPU CUDA emulator (backends/cuda/emu): its kernels, streams, graphs and
+# cuBLAS calls against the CPU backend, without a GPU. KITE_CUDA_EMU_TESTS=0 skips it.
+if [ "${KITE_CUDA_EMU_TESTS:-1}" != "0" ]; then
+  emu="${KITE_EMU_BUILD_DIR:-build-cuda-emu}"
+  KITE_BUILD_DIR="$emu" bash scripts/build.sh -DKITE_CUDA_EMU=ON -DKITE_VULKAN=OFF
+  ctest --test-dir "$emu" -j "$(nproc)" --output-on-failure -R '^(cuda|ops)'
+fi
 # The op conformance tests on aarch64 (NEON kernels), cross-built and run under qemu-user;
 # KITE_ARM_TESTS=0 skips them.
 if [ "${KITE_ARM_TESTS:-1}" != "0" ]; then

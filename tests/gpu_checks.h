@@ -103,6 +103,58 @@ inline void check_perplexity(const std::string& device, const std::vector<std::s
   }
 }
 
+// Two contexts on one model upload its weights once: the second uploads nothing and computes the
+// same logits, the copy goes with the last context, and a later context uploads it again.
+// `mirrored_bytes` reads the device's weight-copy total.
+inline void check_shared_weights(const std::string& device, size_t (*mirrored_bytes)()) {
+  const LoadedModel& l = load_model("gguf/llama-draft-Q8_0.gguf");
+  const size_t before = mirrored_bytes();
+  EncodeOptions eo;
+  const std::vector<int32_t> prompt = l.tok->encode("The king said", eo);
+  std::vector<float> first;
+  size_t one = 0;
+  {
+    auto a = make_device_ctx(l, device, 128);
+    REQUIRE(a->eval(prompt).ok());
+    first.assign(a->logits(0).begin(), a->logits(0).end());
+    one = mirrored_bytes() - before;
+    CHECK(one > 1'000'000);  // the 2.8 MB model's weights, uploaded once
+    auto b = make_device_ctx(l, device, 128);
+    REQUIRE(b->eval(prompt).ok());
+    CHECK(mirrored_bytes() - before == one);  // the second context uploaded nothing
+    const auto second = b->logits(0);
+    CHECK(std::equal(first.begin(), first.end(), second.begin()));
+  }
+  CHECK(mirrored_bytes() == before);  // released with the last context using them
+  auto c = make_device_ctx(l, device, 128);
+  REQUIRE(c->eval(prompt).ok());
+  CHECK(mirrored_bytes() - before == one);
+  const auto again = c->logits(0);
+  CHECK(std::equal(first.begin(), first.end(), again.begin()));
+}
+
+// The last layer on `device`, the rest on the CPU (--gpu-layers 1): the CPU's logits.
+inline void check_split_placement(const std::string& device) {
+  const LoadedModel& l = load_model("gguf/llama-draft-f16.gguf");
+  EncodeOptions eo;
+  const std::vector<int32_t> prompt = l.tok->encode("Once upon a time", eo);
+  auto cpu = make_device_ctx(l, "cpu", 128);
+  REQUIRE(cpu->eval(prompt).ok());
+  const auto ref = cpu->logits(0);
+  ContextOptions opts;
+  opts.n_ctx = 128;
+  opts.device = device;
+  opts.gpu_layers = 1;
+  auto split = Context::create(l.model, opts);
+  REQUIRE_MESSAGE(split.ok(), split.error().message);
+  REQUIRE((*split)->eval(prompt).ok());
+  const auto got = (*split)->logits(0);
+  double num = 0, den = 0;
+  for (size_t i = 0; i < ref.size(); ++i) num += (ref[i] - got[i]) * (ref[i] - got[i]), den += ref[i] * ref[i];
+  CHECK(num / den < 1e-5);
+  CHECK(argmax_of(ref) == argmax_of(got));
+}
+
 // One sequence decoded alone and beside another: the same greedy tokens.
 inline void check_batch_invariance(const std::string& device, const std::string& model, int steps) {
   const LoadedModel& l = load_model(model);

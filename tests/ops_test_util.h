@@ -216,7 +216,7 @@ inline void check_op(const char* what, const std::vector<double>& ref, double bo
               const std::function<std::vector<float>(Backend&)>& run) {
   for_each_config([&](const Config& c) {
     const std::vector<float> got = run(*c.backend);
-    INFO(what, " on ", c.label);
+    INFO(std::string(what), " on ", c.label);
     CHECK(nmse(got, ref) < bound);
   });
 }

@@ -308,6 +308,7 @@ TEST_CASE("ops: get_rows, copy and kv_write") {
     const std::vector<float> td = decode(t, tb, ne0 * rows);
     std::vector<double> ref;
     for (int32_t id : ids) ref.insert(ref.end(), td.begin() + id * ne0, td.begin() + (id + 1) * ne0);
+    INFO("table type ", quant::find_traits(t)->name);
     check_op("get_rows", ref, 1e-14, [&](Backend& be) {
       Graph g;
       Tensor* tt = g.input(t, {ne0, rows}, "table");

@@ -162,53 +162,12 @@ TEST_CASE("vulkan: a sequence's greedy tokens do not depend on what shares its b
 
 TEST_CASE("vulkan: contexts on one model share one copy of its weights on the device") {
   if (!have_vulkan("shared weights")) return;
-  const LoadedModel& l = load_model("gguf/llama-draft-Q8_0.gguf");
-  const size_t before = mirrored_bytes();
-  EncodeOptions eo;
-  const std::vector<int32_t> prompt = l.tok->encode("The king said", eo);
-  std::vector<float> first;
-  size_t one = 0;
-  {
-    auto a = make_device_ctx(l, "vulkan", 128);
-    REQUIRE(a->eval(prompt).ok());
-    first.assign(a->logits(0).begin(), a->logits(0).end());
-    one = mirrored_bytes() - before;
-    CHECK(one > 1'000'000);  // the 2.8 MB model's weights, uploaded once
-    auto b = make_device_ctx(l, "vulkan", 128);
-    REQUIRE(b->eval(prompt).ok());
-    CHECK(mirrored_bytes() - before == one);  // the second context uploaded nothing
-    const auto second = b->logits(0);
-    CHECK(std::equal(first.begin(), first.end(), second.begin()));
-  }
-  CHECK(mirrored_bytes() == before);  // released with the last context using them
-  // And uploaded again for a new context afterwards.
-  auto c = make_device_ctx(l, "vulkan", 128);
-  REQUIRE(c->eval(prompt).ok());
-  CHECK(mirrored_bytes() - before == one);
-  const auto again = c->logits(0);
-  CHECK(std::equal(first.begin(), first.end(), again.begin()));
+  check_shared_weights("vulkan", mirrored_bytes);
 }
 
 TEST_CASE("vulkan: the last layers on the device, the rest on the CPU, give the CPU's logits") {
   if (!have_vulkan("split placement")) return;
-  const LoadedModel& l = load_model("gguf/llama-draft-f16.gguf");
-  EncodeOptions eo;
-  const std::vector<int32_t> prompt = l.tok->encode("Once upon a time", eo);
-  auto cpu = make_device_ctx(l, "cpu", 128);
-  REQUIRE(cpu->eval(prompt).ok());
-  const auto ref = cpu->logits(0);
-  ContextOptions opts;
-  opts.n_ctx = 128;
-  opts.device = "vulkan";
-  opts.gpu_layers = 1;
-  auto split = Context::create(l.model, opts);
-  REQUIRE_MESSAGE(split.ok(), split.error().message);
-  REQUIRE((*split)->eval(prompt).ok());
-  const auto got = (*split)->logits(0);
-  double num = 0, den = 0;
-  for (size_t i = 0; i < ref.size(); ++i) num += (ref[i] - got[i]) * (ref[i] - got[i]), den += ref[i] * ref[i];
-  CHECK(num / den < 1e-5);
-  CHECK(argmax_of(ref) == argmax_of(got));
+  check_split_placement("vulkan");
 }
 
 TEST_CASE("vulkan: kite run --device vulkan generates the CPU's text, and a bad device index is a clear error") {

@@ -5,6 +5,7 @@
 #include "backends/cuda/cuda_backend.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -17,6 +18,8 @@
 
 namespace kite::cuda {
 namespace {
+
+std::atomic<uint64_t> g_graph_launches{0};
 
 class CudaBuffer final : public Buffer {
  public:
@@ -150,6 +153,7 @@ class CudaBackend final : public Backend {
     const uint64_t gen = dev_->generation();
     if (g.exec && g.generation == gen) {
       KITE_CUDA_CHECK(cudaGraphLaunch(g.exec.get(), s));
+      g_graph_launches.fetch_add(1, std::memory_order_relaxed);
       return ok_status();
     }
     if (g.failed) return run_eager(nodes);
@@ -179,6 +183,7 @@ class CudaBackend final : public Backend {
     g.exec.reset(exec);
     g.generation = gen;
     KITE_CUDA_CHECK(cudaGraphLaunch(exec, s));
+    g_graph_launches.fetch_add(1, std::memory_order_relaxed);
     return ok_status();
   }
 
@@ -202,6 +207,10 @@ int cuda_device_count() {
   }
   return n;
 }
+
+uint64_t cuda_graph_launches() { return g_graph_launches.load(std::memory_order_relaxed); }
+
+size_t cuda_mirrored_bytes(int device) { return Device::mirrored_bytes(device); }
 
 Result<std::unique_ptr<Backend>> make_cuda_backend(const BackendOptions& opts) {
   int n = 0;

@@ -7,6 +7,7 @@
 // and its source line; out-of-memory is an error, never a crash.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 
 #include "src/base/status.h"
@@ -18,6 +19,13 @@ namespace kite::cuda {
 int cuda_device_count();
 
 Result<std::unique_ptr<Backend>> make_cuda_backend(const BackendOptions& opts);
+
+// Bytes of host weights with a copy on GPU `device` now: one copy per GPU, shared by every
+// context (backend) using it, freed with the last.
+size_t cuda_mirrored_bytes(int device);
+
+// Steps launched as CUDA graphs so far in this process (KITE_CUDA_GRAPHS=1), for tests.
+uint64_t cuda_graph_launches();
 
 // Opens cuBLAS now (the backend opens it with dlopen on its first cuBLAS matmul, so a missing
 // or wrong library shows up only then): for tests and diagnostics; needs no device.

@@ -34,6 +34,12 @@ std::shared_ptr<Device::SharedMirrors> Device::shared_mirrors(int index) {
   return m;
 }
 
+size_t Device::mirrored_bytes(int index) {
+  auto m = shared_mirrors(index);
+  std::lock_guard lock(m->mu);
+  return m->mirrors.bytes();
+}
+
 Result<std::unique_ptr<Device>> Device::open(int index) {
   std::unique_ptr<Device> d(new Device());
   d->index_ = index;

@@ -63,6 +63,8 @@ struct Scratch {
 class Device {
  public:
   static Result<std::unique_ptr<Device>> open(int index);
+  // Bytes of host weights mirrored on GPU `index` now (shared by all its Devices).
+  static size_t mirrored_bytes(int index);
   ~Device();
 
   int index() const { return index_; }

@@ -13,6 +13,7 @@
 #include <cmath>
 
 #include "backends/cuda/kernels.h"
+#include "backends/cuda/launch.cuh"
 #include "backends/cuda/quant.cuh"
 #include "backends/cuda/warp.cuh"
 
@@ -60,7 +61,7 @@ __device__ __forceinline__ TokenSplit token_split(const AttentionArgs& a, int t)
 }
 
 __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionArgs a) {
-  extern __shared__ float sm[];
+  KITE_DYNAMIC_SHARED(float, sm);
   const int G = a.group, hd = a.hd;
   const int t = blockIdx.x, g = blockIdx.y, c = blockIdx.z;
   const TokenSplit sp = token_split(a, t);
@@ -223,11 +224,11 @@ cudaError_t launch_attention(const AttentionArgs& a, cudaStream_t s) {
   if (a.n_tok == 0) return cudaSuccess;
   if (!attention_shape_ok(a.hd, a.group)) return cudaErrorInvalidValue;
   const dim3 grid(static_cast<unsigned>(a.n_tok), static_cast<unsigned>(a.n_kv), static_cast<unsigned>(a.max_chunks));
-  attention_kernel<<<grid, kThreads, shared_bytes(a.group, a.hd), s>>>(a);
+  KITE_KERNEL(grid, kThreads, shared_bytes(a.group, a.hd), s, attention_kernel)(a);
   if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
   if (a.max_chunks > 1) {
     const dim3 mgrid(static_cast<unsigned>(a.n_tok), static_cast<unsigned>(a.n_kv * a.group));
-    attention_merge_kernel<<<mgrid, 128, 0, s>>>(a);
+    KITE_KERNEL(mgrid, 128, 0, s, attention_merge_kernel)(a);
   }
   return cudaGetLastError();
 }

@@ -1,5 +1,6 @@
 // A device-to-device copy kernel: the measure of the card's achievable read + write bandwidth.
 #include "backends/cuda/kernels.h"
+#include "backends/cuda/launch.cuh"
 
 namespace kite::cuda {
 namespace {
@@ -17,7 +18,7 @@ cudaError_t launch_copy_kernel(const void* src, void* dst, size_t bytes, cudaStr
   int device = 0, sms = 1;
   cudaGetDevice(&device);
   cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-  copy_kernel<<<static_cast<unsigned>(sms * 8), 512, 0, s>>>(static_cast<const int4*>(src), static_cast<int4*>(dst), n);
+  KITE_KERNEL(static_cast<unsigned>(sms * 8), 512, 0, s, copy_kernel)(static_cast<const int4*>(src), static_cast<int4*>(dst), n);
   return cudaGetLastError();
 }
 

@@ -4,6 +4,7 @@
 #include <cuda_fp16.h>
 
 #include "backends/cuda/kernels.h"
+#include "backends/cuda/launch.cuh"
 #include "backends/cuda/quant.cuh"
 
 namespace kite::cuda {
@@ -52,7 +53,7 @@ __global__ void get_rows_kernel(const uint8_t* table, size_t nb1, const int32_t*
 
 __global__ void get_rows_float_kernel(int type, const uint8_t* table, size_t nb1, const int32_t* ids, float* dst,
                                       int64_t ne0, int64_t n) {
-  for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < n;
+  for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < ne0 * n;
        idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t r = idx / ne0, i = idx % ne0;
     dst[idx] = load_float(type, table + static_cast<int64_t>(ids[r]) * nb1, i);
@@ -131,13 +132,13 @@ cudaError_t launch_get_rows(int type, const void* table, size_t table_nb1, const
   if (ne0 * n == 0) return cudaSuccess;
   const auto* t = static_cast<const uint8_t*>(table);
   if (type == kF32 || type == kF16 || type == kBF16) {
-    get_rows_float_kernel<<<grid_for(ne0 * n), kThreads, 0, s>>>(type, t, table_nb1, ids, dst, ne0, n);
+    KITE_KERNEL(grid_for(ne0 * n), kThreads, 0, s, get_rows_float_kernel)(type, t, table_nb1, ids, dst, ne0, n);
     return cudaGetLastError();
   }
   const int64_t upr = ne0 / 32, n_units = upr * n;
   if (!dispatch_quant(type, [&](auto tag) {
         constexpr int T = decltype(tag)::value;
-        get_rows_kernel<T><<<grid_for(n_units), kThreads, 0, s>>>(t, table_nb1, ids, dst, upr, n_units);
+        KITE_KERNEL(grid_for(n_units), kThreads, 0, s, get_rows_kernel<T>)(t, table_nb1, ids, dst, upr, n_units);
       }))
     return cudaErrorInvalidValue;
   return cudaGetLastError();
@@ -151,7 +152,7 @@ cudaError_t launch_dequant_rows(int type, Rows src, int dst_type, Rows dst, int6
   const int64_t upr = ne0 / 32, n_units = upr * n_rows;
   if (!dispatch_quant(type, [&](auto tag) {
         constexpr int T = decltype(tag)::value;
-        dequant_rows_kernel<T><<<grid_for(n_units), kThreads, 0, s>>>(src, dst_type, dst, upr, n_units);
+        KITE_KERNEL(grid_for(n_units), kThreads, 0, s, dequant_rows_kernel<T>)(src, dst_type, dst, upr, n_units);
       }))
     return cudaErrorInvalidValue;
   return cudaGetLastError();
@@ -162,17 +163,17 @@ cudaError_t launch_dequant_matrix(int type, const void* w, size_t row_bytes, int
   if (k * rows == 0) return cudaSuccess;
   const auto* wp = static_cast<const uint8_t*>(w);
   if (type == kF32 || type == kF16 || type == kBF16) {
-    if (dst_f16) float_matrix_kernel<true><<<grid_for(k * rows), kThreads, 0, s>>>(type, wp, row_bytes, k, k * rows, dst);
-    else float_matrix_kernel<false><<<grid_for(k * rows), kThreads, 0, s>>>(type, wp, row_bytes, k, k * rows, dst);
+    if (dst_f16) KITE_KERNEL(grid_for(k * rows), kThreads, 0, s, float_matrix_kernel<true>)(type, wp, row_bytes, k, k * rows, dst);
+    else KITE_KERNEL(grid_for(k * rows), kThreads, 0, s, float_matrix_kernel<false>)(type, wp, row_bytes, k, k * rows, dst);
     return cudaGetLastError();
   }
   const int64_t upr = k / 32, n_units = upr * rows;
   if (!dispatch_quant(type, [&](auto tag) {
         constexpr int T = decltype(tag)::value;
         if (dst_f16)
-          dequant_matrix_kernel<T, true><<<grid_for(n_units), kThreads, 0, s>>>(wp, row_bytes, upr, n_units, dst);
+          KITE_KERNEL(grid_for(n_units), kThreads, 0, s, dequant_matrix_kernel<T, true>)(wp, row_bytes, upr, n_units, dst);
         else
-          dequant_matrix_kernel<T, false><<<grid_for(n_units), kThreads, 0, s>>>(wp, row_bytes, upr, n_units, dst);
+          KITE_KERNEL(grid_for(n_units), kThreads, 0, s, dequant_matrix_kernel<T, false>)(wp, row_bytes, upr, n_units, dst);
       }))
     return cudaErrorInvalidValue;
   return cudaGetLastError();

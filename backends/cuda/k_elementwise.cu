@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "backends/cuda/kernels.h"
+#include "backends/cuda/launch.cuh"
 #include "backends/cuda/quant.cuh"
 #include "backends/cuda/warp.cuh"
 
@@ -172,16 +173,16 @@ __global__ void quantize_q8_0_kernel(int src_type, Rows src, Rows dst, const int
 cudaError_t launch_binary(int op, Rows dst, Rows a, Rows b, int64_t ne0, int64_t n_rows, cudaStream_t s) {
   const int64_t n = ne0 * n_rows;
   if (n == 0) return cudaSuccess;
-  if (op == 0) binary_kernel<0><<<blocks_for(n), kThreads, 0, s>>>(dst, a, b, ne0, n);
-  else if (op == 1) binary_kernel<1><<<blocks_for(n), kThreads, 0, s>>>(dst, a, b, ne0, n);
-  else binary_kernel<2><<<blocks_for(n), kThreads, 0, s>>>(dst, a, b, ne0, n);
+  if (op == 0) KITE_KERNEL(blocks_for(n), kThreads, 0, s, binary_kernel<0>)(dst, a, b, ne0, n);
+  else if (op == 1) KITE_KERNEL(blocks_for(n), kThreads, 0, s, binary_kernel<1>)(dst, a, b, ne0, n);
+  else KITE_KERNEL(blocks_for(n), kThreads, 0, s, binary_kernel<2>)(dst, a, b, ne0, n);
   return cudaGetLastError();
 }
 
 cudaError_t launch_scale(Rows dst, Rows a, float scale, int64_t ne0, int64_t n_rows, cudaStream_t s) {
   const int64_t n = ne0 * n_rows;
   if (n == 0) return cudaSuccess;
-  scale_kernel<<<blocks_for(n), kThreads, 0, s>>>(dst, a, scale, ne0, n);
+  KITE_KERNEL(blocks_for(n), kThreads, 0, s, scale_kernel)(dst, a, scale, ne0, n);
   return cudaGetLastError();
 }
 
@@ -189,14 +190,14 @@ cudaError_t launch_rms_norm(Rows dst, Rows a, const float* w, float eps, int64_t
                             cudaStream_t s) {
   if (n_rows == 0) return cudaSuccess;
   const int threads = ne0 >= 1024 ? 1024 : ne0 >= 256 ? 256 : 64;
-  rms_norm_kernel<<<static_cast<unsigned>(n_rows), threads, 0, s>>>(dst, a, w, eps, ne0);
+  KITE_KERNEL(static_cast<unsigned>(n_rows), threads, 0, s, rms_norm_kernel)(dst, a, w, eps, ne0);
   return cudaGetLastError();
 }
 
 cudaError_t launch_rope(const RopeArgs& a, cudaStream_t s) {
   const int64_t n = (a.hd - a.n_rot / 2) * a.n_head * a.n_tok;
   if (n == 0) return cudaSuccess;
-  rope_kernel<<<blocks_for(n), kThreads, 0, s>>>(a);
+  KITE_KERNEL(blocks_for(n), kThreads, 0, s, rope_kernel)(a);
   return cudaGetLastError();
 }
 
@@ -205,10 +206,10 @@ cudaError_t launch_convert_rows(int src_type, Rows src, int dst_type, Rows dst, 
   if (ne0 * n_rows == 0) return cudaSuccess;
   if (dst_type == kQ8_0) {
     const int64_t n_blocks = ne0 / 32 * n_rows;
-    quantize_q8_0_kernel<<<blocks_for(n_blocks * 32), kThreads, 0, s>>>(src_type, src, dst, dst_rows, ne0, n_blocks);
+    KITE_KERNEL(blocks_for(n_blocks * 32), kThreads, 0, s, quantize_q8_0_kernel)(src_type, src, dst, dst_rows, ne0, n_blocks);
   } else {
     const int64_t n = ne0 * n_rows;
-    convert_float_kernel<<<blocks_for(n), kThreads, 0, s>>>(src_type, src, dst_type, dst, dst_rows, ne0, n);
+    KITE_KERNEL(blocks_for(n), kThreads, 0, s, convert_float_kernel)(src_type, src, dst_type, dst, dst_rows, ne0, n);
   }
   return cudaGetLastError();
 }

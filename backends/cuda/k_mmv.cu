@@ -3,6 +3,7 @@
 #include <cuda_fp16.h>
 
 #include "backends/cuda/kernels.h"
+#include "backends/cuda/launch.cuh"
 #include "backends/cuda/quant.cuh"
 #include "backends/cuda/warp.cuh"
 
@@ -89,7 +90,7 @@ cudaError_t launch_quantize_act(const float* x, size_t ldx, int64_t k, int64_t n
                                 cudaStream_t s) {
   const int64_t n_blocks = k / 32 * n;
   if (n_blocks == 0) return cudaSuccess;
-  quantize_act_kernel<<<grid_for(n_blocks * 32), kThreads, 0, s>>>(x, ldx, k, n_blocks, q,
+  KITE_KERNEL(grid_for(n_blocks * 32), kThreads, 0, s, quantize_act_kernel)(x, ldx, k, n_blocks, q,
                                                                     reinterpret_cast<float4*>(ds));
   return cudaGetLastError();
 }
@@ -110,14 +111,14 @@ cudaError_t launch_mmv_float(int type, const void* w, size_t row_bytes, int64_t 
   const auto* wp = static_cast<const uint8_t*>(w);
   const unsigned grid = static_cast<unsigned>((m + 3) / 4);
   switch (n) {
-    case 1: mmv_float_kernel<1><<<grid, 128, 0, s>>>(type, wp, row_bytes, k, m, x, ldx, dst, ldd); break;
-    case 2: mmv_float_kernel<2><<<grid, 128, 0, s>>>(type, wp, row_bytes, k, m, x, ldx, dst, ldd); break;
-    case 3: mmv_float_kernel<3><<<grid, 128, 0, s>>>(type, wp, row_bytes, k, m, x, ldx, dst, ldd); break;
-    case 4: mmv_float_kernel<4><<<grid, 128, 0, s>>>(type, wp, row_bytes, k, m, x, ldx, dst, ldd); break;
-    case 5: mmv_float_kernel<5><<<grid, 128, 0, s>>>(type, wp, row_bytes, k, m, x, ldx, dst, ldd); break;
-    case 6: mmv_float_kernel<6><<<grid, 128, 0, s>>>(type, wp, row_bytes, k, m, x, ldx, dst, ldd); break;
-    case 7: mmv_float_kernel<7><<<grid, 128, 0, s>>>(type, wp, row_bytes, k, m, x, ldx, dst, ldd); break;
-    case 8: mmv_float_kernel<8><<<grid, 128, 0, s>>>(type, wp, row_bytes, k, m, x, ldx, dst, ldd); break;
+    case 1: KITE_KERNEL(grid, 128, 0, s, mmv_float_kernel<1>)(type, wp, row_bytes, k, m, x, ldx, dst, ldd); break;
+    case 2: KITE_KERNEL(grid, 128, 0, s, mmv_float_kernel<2>)(type, wp, row_bytes, k, m, x, ldx, dst, ldd); break;
+    case 3: KITE_KERNEL(grid, 128, 0, s, mmv_float_kernel<3>)(type, wp, row_bytes, k, m, x, ldx, dst, ldd); break;
+    case 4: KITE_KERNEL(grid, 128, 0, s, mmv_float_kernel<4>)(type, wp, row_bytes, k, m, x, ldx, dst, ldd); break;
+    case 5: KITE_KERNEL(grid, 128, 0, s, mmv_float_kernel<5>)(type, wp, row_bytes, k, m, x, ldx, dst, ldd); break;
+    case 6: KITE_KERNEL(grid, 128, 0, s, mmv_float_kernel<6>)(type, wp, row_bytes, k, m, x, ldx, dst, ldd); break;
+    case 7: KITE_KERNEL(grid, 128, 0, s, mmv_float_kernel<7>)(type, wp, row_bytes, k, m, x, ldx, dst, ldd); break;
+    case 8: KITE_KERNEL(grid, 128, 0, s, mmv_float_kernel<8>)(type, wp, row_bytes, k, m, x, ldx, dst, ldd); break;
     default: return cudaErrorInvalidValue;
   }
   return cudaGetLastError();
@@ -125,7 +126,7 @@ cudaError_t launch_mmv_float(int type, const void* w, size_t row_bytes, int64_t 
 
 cudaError_t launch_f32_to_f16(const float* x, size_t ldx, int64_t k, int64_t n, void* dst, cudaStream_t s) {
   if (k * n == 0) return cudaSuccess;
-  f32_to_f16_kernel<<<grid_for(k * n), kThreads, 0, s>>>(x, ldx, k, k * n, static_cast<__half*>(dst));
+  KITE_KERNEL(grid_for(k * n), kThreads, 0, s, f32_to_f16_kernel)(x, ldx, k, k * n, static_cast<__half*>(dst));
   return cudaGetLastError();
 }
 

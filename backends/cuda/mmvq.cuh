@@ -6,6 +6,7 @@
 #pragma once
 
 #include "backends/cuda/kernels.h"
+#include "backends/cuda/launch.cuh"
 #include "backends/cuda/quant.cuh"
 #include "backends/cuda/warp.cuh"
 
@@ -59,14 +60,14 @@ cudaError_t launch_mmvq_t(const void* w, size_t row_bytes, int64_t k, int64_t m,
   const unsigned grid = static_cast<unsigned>((m + kMmvqWarps - 1) / kMmvqWarps);
   const int threads = kMmvqWarps * 32;
   switch (n) {
-    case 1: mmvq_kernel<T, 1><<<grid, threads, 0, s>>>(wp, row_bytes, m, n_units, q, d4, dst, ldd); break;
-    case 2: mmvq_kernel<T, 2><<<grid, threads, 0, s>>>(wp, row_bytes, m, n_units, q, d4, dst, ldd); break;
-    case 3: mmvq_kernel<T, 3><<<grid, threads, 0, s>>>(wp, row_bytes, m, n_units, q, d4, dst, ldd); break;
-    case 4: mmvq_kernel<T, 4><<<grid, threads, 0, s>>>(wp, row_bytes, m, n_units, q, d4, dst, ldd); break;
-    case 5: mmvq_kernel<T, 5><<<grid, threads, 0, s>>>(wp, row_bytes, m, n_units, q, d4, dst, ldd); break;
-    case 6: mmvq_kernel<T, 6><<<grid, threads, 0, s>>>(wp, row_bytes, m, n_units, q, d4, dst, ldd); break;
-    case 7: mmvq_kernel<T, 7><<<grid, threads, 0, s>>>(wp, row_bytes, m, n_units, q, d4, dst, ldd); break;
-    case 8: mmvq_kernel<T, 8><<<grid, threads, 0, s>>>(wp, row_bytes, m, n_units, q, d4, dst, ldd); break;
+    case 1: KITE_KERNEL(grid, threads, 0, s, mmvq_kernel<T, 1>)(wp, row_bytes, m, n_units, q, d4, dst, ldd); break;
+    case 2: KITE_KERNEL(grid, threads, 0, s, mmvq_kernel<T, 2>)(wp, row_bytes, m, n_units, q, d4, dst, ldd); break;
+    case 3: KITE_KERNEL(grid, threads, 0, s, mmvq_kernel<T, 3>)(wp, row_bytes, m, n_units, q, d4, dst, ldd); break;
+    case 4: KITE_KERNEL(grid, threads, 0, s, mmvq_kernel<T, 4>)(wp, row_bytes, m, n_units, q, d4, dst, ldd); break;
+    case 5: KITE_KERNEL(grid, threads, 0, s, mmvq_kernel<T, 5>)(wp, row_bytes, m, n_units, q, d4, dst, ldd); break;
+    case 6: KITE_KERNEL(grid, threads, 0, s, mmvq_kernel<T, 6>)(wp, row_bytes, m, n_units, q, d4, dst, ldd); break;
+    case 7: KITE_KERNEL(grid, threads, 0, s, mmvq_kernel<T, 7>)(wp, row_bytes, m, n_units, q, d4, dst, ldd); break;
+    case 8: KITE_KERNEL(grid, threads, 0, s, mmvq_kernel<T, 8>)(wp, row_bytes, m, n_units, q, d4, dst, ldd); break;
     default: return cudaErrorInvalidValue;
   }
   return cudaGetLastError();

@@ -1,0 +1,740 @@
+// The CUDA runtime on the CPU (runtime.h, kernel.h): memory, streams as queues of work run at
+// synchronization points, events, graph capture, and the kernel scheduler, which runs each
+// block's threads as fibers (Boost.Context) and switches between them only at barriers and warp
+// exchanges.
+#include "backends/cuda/emu/kernel.h"
+
+#include <boost/context/fiber.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
+
+struct CUstream_st;
+
+struct CUgraph_st {
+  std::vector<std::function<void()>> ops;
+  bool invalidated = false;
+};
+
+struct CUgraphExec_st {
+  std::vector<std::function<void()>> ops;
+};
+
+struct CUstream_st {
+  std::mutex mu;
+  std::vector<std::function<void()>> queue;
+  CUgraph_st* capture = nullptr;  // being captured into
+};
+
+struct CUevent_st {
+  CUstream_st* stream = nullptr;
+  bool recorded = false;
+  std::chrono::steady_clock::time_point at;
+};
+
+namespace kite::cuda::emu {
+namespace {
+
+namespace ctx = boost::context;
+
+constexpr size_t kMiB = size_t{1} << 20;
+constexpr size_t kMaxDynamicShared = 48 << 10;  // without cudaFuncSetAttribute, as on every GPU
+
+int env_int(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  return v != nullptr && *v != '\0' ? std::atoi(v) : fallback;
+}
+
+// ---- errors -------------------------------------------------------------------------------
+thread_local cudaError_t t_last_error = cudaSuccess;
+std::mutex g_sticky_mu;
+cudaError_t g_sticky = cudaSuccess;  // a kernel failure: every later synchronization reports it
+
+cudaError_t fail(cudaError_t e) {
+  t_last_error = e;
+  return e;
+}
+
+cudaError_t sticky() {
+  std::lock_guard lock(g_sticky_mu);
+  return g_sticky;
+}
+
+// ---- memory -------------------------------------------------------------------------------
+struct Memory {
+  std::mutex mu;
+  std::map<uintptr_t, size_t> device;  // cudaMalloc: base -> bytes
+  std::set<uintptr_t> pinned;          // cudaMallocHost bases
+  std::map<uintptr_t, size_t> pinned_size;
+  size_t used = 0;
+};
+Memory& memory() {
+  static Memory m;
+  return m;
+}
+
+// Device memory: KITE_CUDA_EMU_MEMORY_MB (default 16 GiB), to test what happens when it runs out.
+size_t total_memory() { return static_cast<size_t>(std::max(env_int("KITE_CUDA_EMU_MEMORY_MB", 16384), 1)) * kMiB; }
+
+bool in_map(const std::map<uintptr_t, size_t>& m, const void* p, size_t bytes) {
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  auto it = m.upper_bound(a);
+  if (it == m.begin()) return false;
+  --it;
+  return a >= it->first && a + bytes <= it->first + it->second;
+}
+
+bool is_pinned_range(const void* p, size_t bytes) {
+  Memory& m = memory();
+  std::lock_guard lock(m.mu);
+  return in_map(m.pinned_size, p, bytes);
+}
+
+// ---- streams ------------------------------------------------------------------------------
+std::mutex g_streams_mu;
+std::set<CUstream_st*> g_streams;
+std::mutex g_exec_mu;  // one kernel (one block) at a time in the process: __shared__ are statics
+
+CUstream_st* legacy_stream() {
+  static CUstream_st* s = [] {
+    auto* st = new CUstream_st();
+    std::lock_guard lock(g_streams_mu);
+    g_streams.insert(st);
+    return st;
+  }();
+  return s;
+}
+
+CUstream_st* resolve(cudaStream_t s) { return s != nullptr ? s : legacy_stream(); }
+
+// Runs the stream's queued work (a synchronization point).
+void flush(CUstream_st* s) {
+  std::lock_guard lock(s->mu);
+  std::vector<std::function<void()>> work;
+  work.swap(s->queue);
+  std::lock_guard exec(g_exec_mu);
+  for (auto& w : work) {
+    if (sticky() != cudaSuccess) break;  // after a kernel failure nothing more runs, as on a GPU
+    w();
+  }
+}
+
+void flush_all() {
+  std::vector<CUstream_st*> all;
+  {
+    std::lock_guard lock(g_streams_mu);
+    all.assign(g_streams.begin(), g_streams.end());
+  }
+  for (CUstream_st* s : all) flush(s);
+}
+
+// ---- the kernel scheduler -----------------------------------------------------------------
+// Fiber stacks are reused: a block's threads are created for every block.
+constexpr size_t kStackBytes = 128 << 10;
+std::vector<void*> g_free_stacks;  // (guarded by g_exec_mu, like all kernel execution)
+
+struct PooledStack {
+  ctx::stack_context allocate() {
+    void* p = nullptr;
+    if (!g_free_stacks.empty()) {
+      p = g_free_stacks.back();
+      g_free_stacks.pop_back();
+    } else {
+      p = std::malloc(kStackBytes);
+      if (p == nullptr) std::abort();
+    }
+    ctx::stack_context sc;
+    sc.size = kStackBytes;
+    sc.sp = static_cast<char*>(p) + kStackBytes;
+    return sc;
+  }
+  void deallocate(ctx::stack_context& sc) noexcept { g_free_stacks.push_back(static_cast<char*>(sc.sp) - sc.size); }
+};
+
+enum class State : uint8_t { kReady, kWarp, kBlock, kDone };
+
+struct Lane {
+  ctx::fiber fiber;  // the thread (while it is suspended)
+  ctx::fiber back;   // the scheduler (while the thread runs)
+  State state = State::kReady;
+  unsigned mask = 0;
+  uint64_t offer[2] = {0, 0};  // double-buffered: a lane can be one exchange ahead of a reader
+  unsigned exchanges = 0;
+  ThreadIds ids;
+  int lane = 0, warp = 0;
+};
+
+struct Block {
+  std::vector<Lane> lanes;
+  std::vector<uint8_t> shared;
+  const char* kernel = "";
+  uint64_t barriers = 0;  // reached by any thread of any block so far
+  bool direct = false;    // threads run one after another on this stack, without fibers
+};
+
+// A barrier reached by a thread run without a fiber (see run_direct).
+struct DirectBarrier {};
+
+thread_local Lane* t_lane = nullptr;
+thread_local Block* t_block = nullptr;
+
+void suspend(State s) {
+  if (t_block->direct) throw DirectBarrier{};
+  ++t_block->barriers;
+  Lane* me = t_lane;
+  me->state = s;
+  me->back = std::move(me->back).resume();
+  t_lane = me;  // (resumed by the scheduler)
+}
+
+std::string states_of(const Block& b) {
+  int ready = 0, warp = 0, block = 0, done = 0;
+  for (const Lane& l : b.lanes) {
+    ready += l.state == State::kReady, warp += l.state == State::kWarp;
+    block += l.state == State::kBlock, done += l.state == State::kDone;
+  }
+  return std::to_string(warp) + " threads at a warp exchange or __syncwarp, " + std::to_string(block) +
+         " at __syncthreads, " + std::to_string(done) + " exited";
+}
+
+// Releases what can go on: the whole block at __syncthreads once every live thread is there;
+// a warp at an exchange once every live lane of it is. Returns false with `why` on a deadlock
+// or an exchange that names an exited lane.
+bool release(Block& b, std::string& why) {
+  bool any = false, all_block = true, any_live = false;
+  for (const Lane& l : b.lanes) {
+    if (l.state == State::kDone) continue;
+    any_live = true;
+    if (l.state != State::kBlock) all_block = false;
+  }
+  if (!any_live) return true;
+  if (all_block) {
+    for (Lane& l : b.lanes)
+      if (l.state == State::kBlock) l.state = State::kReady;
+    return true;
+  }
+  const int n = static_cast<int>(b.lanes.size());
+  for (int w0 = 0; w0 < n; w0 += 32) {
+    const int w1 = std::min(n, w0 + 32);
+    bool all_warp = true, live = false;
+    unsigned mask = 0;
+    for (int i = w0; i < w1; ++i) {
+      const Lane& l = b.lanes[static_cast<size_t>(i)];
+      if (l.state == State::kDone) continue;
+      live = true;
+      if (l.state != State::kWarp) all_warp = false;
+      mask |= l.mask;
+    }
+    if (!live || !all_warp) continue;
+    for (int bit = 0; bit < 32; ++bit) {
+      if (!(mask >> bit & 1u)) continue;
+      const int i = w0 + bit;
+      if (i >= w1 || b.lanes[static_cast<size_t>(i)].state == State::kDone) {
+        why = "warp " + std::to_string(w0 / 32) + " exchanges with lane " + std::to_string(bit) +
+              (i >= w1 ? ", which does not exist (block size not a multiple of 32)" : ", which has exited");
+        return false;
+      }
+    }
+    for (int i = w0; i < w1; ++i)
+      if (b.lanes[static_cast<size_t>(i)].state == State::kWarp) b.lanes[static_cast<size_t>(i)].state = State::kReady;
+    any = true;
+  }
+  if (!any) why = "deadlock: " + states_of(b);
+  return any;
+}
+
+// Runs one block; false (reported) when it cannot finish.
+bool run_block(Block& b, const std::function<void()>& body) {
+  for (Lane& l : b.lanes) {
+    l.state = State::kReady;
+    l.exchanges = 0;
+    l.mask = 0;
+    Lane* lp = &l;
+    l.fiber = ctx::fiber(std::allocator_arg, PooledStack(), [lp, &body](ctx::fiber&& back) {
+      lp->back = std::move(back);
+      t_lane = lp;
+      body();
+      lp->state = State::kDone;
+      return std::move(lp->back);
+    });
+  }
+  t_block = &b;
+  for (;;) {
+    bool ran = false, live = false;
+    for (Lane& l : b.lanes) {
+      if (l.state != State::kReady) {
+        live |= l.state != State::kDone;
+        continue;
+      }
+      ran = true;
+      t_lane = &l;
+      l.fiber = std::move(l.fiber).resume();
+      live |= l.state != State::kDone;
+    }
+    if (!live) break;
+    std::string why;
+    if (!release(b, why)) {
+      kernel_failed(b.kernel, why.c_str());
+      for (Lane& l : b.lanes) l.fiber = ctx::fiber();  // unwinds the suspended threads
+      t_lane = nullptr;
+      return false;
+    }
+    (void)ran;
+  }
+  t_lane = nullptr;
+  return true;
+}
+
+// A block of a kernel whose first block reached no barrier: its threads run one after another
+// as plain calls (no fiber to create and switch to: several times faster). A barrier reached
+// here after all (a kernel whose barriers depend on the block) fails the kernel, loudly.
+bool run_direct(Block& b, const std::function<void()>& body) {
+  t_block = &b;
+  b.direct = true;
+  bool ok = true;
+  for (Lane& l : b.lanes) {
+    t_lane = &l;
+    try {
+      body();
+    } catch (const DirectBarrier&) {
+      kernel_failed(b.kernel, "a barrier reached in a later block though the first block reached none "
+                              "(the emulator then runs blocks without fibers)");
+      ok = false;
+      break;
+    }
+  }
+  b.direct = false;
+  t_lane = nullptr;
+  return ok;
+}
+
+std::string dims(dim3 d) { return std::to_string(d.x) + "x" + std::to_string(d.y) + "x" + std::to_string(d.z); }
+
+}  // namespace
+
+// ---- kernel language ----------------------------------------------------------------------
+const ThreadIds& ids() { return t_lane->ids; }
+int lane_id() { return t_lane->lane; }
+void sync_threads() { suspend(State::kBlock); }
+
+void sync_warp(unsigned mask) {
+  t_lane->mask = mask;
+  suspend(State::kWarp);
+}
+
+uint64_t exchange(unsigned mask, uint64_t v, int src) {
+  Lane* me = t_lane;
+  const unsigned slot = me->exchanges++ & 1u;
+  me->offer[slot] = v;
+  me->mask = mask;
+  suspend(State::kWarp);
+  const size_t from = static_cast<size_t>(me->warp * 32 + src);
+  if (src < 0 || src > 31 || from >= t_block->lanes.size()) return v;
+  return t_block->lanes[from].offer[slot];
+}
+
+void* dynamic_shared() { return t_block->shared.data(); }
+
+cudaError_t launch(dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t s, const char* name,
+                   std::function<void()> body) {
+  const uint64_t threads = uint64_t{block.x} * block.y * block.z;
+  if (threads == 0 || threads > 1024 || block.x > 1024 || block.y > 1024 || block.z > 64 || grid.x == 0 ||
+      grid.y == 0 || grid.z == 0 || grid.y > 65535 || grid.z > 65535 || grid.x > 0x7fffffffu) {
+    std::fprintf(stderr, "cuda-emu: %s launched with grid %s, block %s: invalid configuration\n", name,
+                 dims(grid).c_str(), dims(block).c_str());
+    return fail(cudaErrorInvalidConfiguration);
+  }
+  if (shared_bytes > kMaxDynamicShared) {
+    std::fprintf(stderr, "cuda-emu: %s asks for %zu bytes of dynamic shared memory (at most %zu)\n", name,
+                 shared_bytes, kMaxDynamicShared);
+    return fail(cudaErrorInvalidValue);
+  }
+  return enqueue(s, [grid, block, shared_bytes, name, body = std::move(body)] {
+    Block b;
+    b.kernel = name;
+    b.lanes.resize(static_cast<size_t>(block.x) * block.y * block.z);
+    b.shared.assign(shared_bytes, 0xff);  // unwritten shared memory reads as NaN
+    for (unsigned bz = 0; bz < grid.z; ++bz)
+      for (unsigned by = 0; by < grid.y; ++by)
+        for (unsigned bx = 0; bx < grid.x; ++bx) {
+          size_t t = 0;
+          for (unsigned z = 0; z < block.z; ++z)
+            for (unsigned y = 0; y < block.y; ++y)
+              for (unsigned x = 0; x < block.x; ++x, ++t) {
+                Lane& l = b.lanes[t];
+                l.ids = ThreadIds{uint3{x, y, z}, uint3{bx, by, bz}, block, grid};
+                l.lane = static_cast<int>(t % 32);
+                l.warp = static_cast<int>(t / 32);
+              }
+          const bool first = bx == 0 && by == 0 && bz == 0;
+          if (!(first || b.barriers > 0 ? run_block(b, body) : run_direct(b, body))) return;
+        }
+  });
+}
+
+// ---- what the launcher and cuBLAS use -----------------------------------------------------
+cudaError_t enqueue(cudaStream_t stream, std::function<void()> work) {
+  if (const cudaError_t e = sticky(); e != cudaSuccess) return fail(e);
+  CUstream_st* s = resolve(stream);
+  std::lock_guard lock(s->mu);
+  if (s->capture != nullptr) s->capture->ops.push_back(std::move(work));
+  else s->queue.push_back(std::move(work));
+  return cudaSuccess;
+}
+
+bool is_device_range(const void* p, size_t bytes) {
+  Memory& m = memory();
+  std::lock_guard lock(m.mu);
+  return in_map(m.device, p, bytes);
+}
+
+void set_last_error(cudaError_t e) { t_last_error = e; }
+
+void clear_failure() {
+  {
+    std::lock_guard lock(g_streams_mu);
+    for (CUstream_st* s : g_streams) {
+      std::lock_guard sl(s->mu);
+      s->queue.clear();
+    }
+  }
+  std::lock_guard lock(g_sticky_mu);
+  g_sticky = cudaSuccess;
+  t_last_error = cudaSuccess;
+}
+
+void kernel_failed(const char* kernel, const char* what) {
+  std::fprintf(stderr, "cuda-emu: kernel %s failed: %s\n", kernel, what);
+  std::lock_guard lock(g_sticky_mu);
+  g_sticky = cudaErrorLaunchFailure;
+}
+
+}  // namespace kite::cuda::emu
+
+// ---- the runtime API ----------------------------------------------------------------------
+using namespace kite::cuda::emu;
+
+namespace {
+
+thread_local int t_device = 0;
+
+// KITE_CUDA_EMU_DEVICES devices (default 1; 0 is a machine without a GPU).
+int device_count() { return std::max(0, env_int("KITE_CUDA_EMU_DEVICES", 1)); }
+
+// A synchronization point's answer: the sticky kernel failure, if any.
+cudaError_t synced() { return sticky() == cudaSuccess ? cudaSuccess : fail(sticky()); }
+
+struct ErrorText {
+  cudaError_t e;
+  const char* name;
+  const char* text;
+};
+constexpr ErrorText kErrors[] = {
+    {cudaSuccess, "cudaSuccess", "no error"},
+    {cudaErrorInvalidValue, "cudaErrorInvalidValue", "invalid argument"},
+    {cudaErrorMemoryAllocation, "cudaErrorMemoryAllocation", "out of memory"},
+    {cudaErrorInvalidConfiguration, "cudaErrorInvalidConfiguration", "invalid configuration argument"},
+    {cudaErrorInvalidDevicePointer, "cudaErrorInvalidDevicePointer", "invalid device pointer"},
+    {cudaErrorInvalidMemcpyDirection, "cudaErrorInvalidMemcpyDirection", "invalid copy direction for memcpy"},
+    {cudaErrorNoDevice, "cudaErrorNoDevice", "no CUDA-capable device is detected"},
+    {cudaErrorInvalidDevice, "cudaErrorInvalidDevice", "invalid device ordinal"},
+    {cudaErrorInvalidResourceHandle, "cudaErrorInvalidResourceHandle", "invalid resource handle"},
+    {cudaErrorNotReady, "cudaErrorNotReady", "device not ready"},
+    {cudaErrorLaunchOutOfResources, "cudaErrorLaunchOutOfResources", "too many resources requested for launch"},
+    {cudaErrorLaunchFailure, "cudaErrorLaunchFailure", "unspecified launch failure"},
+    {cudaErrorStreamCaptureUnsupported, "cudaErrorStreamCaptureUnsupported",
+     "operation not permitted when stream is capturing"},
+    {cudaErrorStreamCaptureInvalidated, "cudaErrorStreamCaptureInvalidated",
+     "operation failed due to a previous error during capture"},
+    {cudaErrorUnknown, "cudaErrorUnknown", "unknown error"},
+};
+const ErrorText& error_text(cudaError_t e) {
+  for (const ErrorText& t : kErrors)
+    if (t.e == e) return t;
+  return kErrors[std::size(kErrors) - 1];
+}
+
+// A copy's pointers against its kind: device sides must lie in one cudaMalloc'd allocation and
+// host sides outside all of them. (With unified addressing a GPU would accept some mistakes this
+// rejects; kite names every side exactly, so a mismatch here is a bug.)
+cudaError_t check_copy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
+  if (bytes == 0) return cudaSuccess;
+  const bool dst_dev = is_device_range(dst, bytes), src_dev = is_device_range(src, bytes);
+  bool ok = true;
+  switch (kind) {
+    case cudaMemcpyHostToDevice: ok = dst_dev && !is_device_range(src, 1); break;
+    case cudaMemcpyDeviceToHost: ok = src_dev && !is_device_range(dst, 1); break;
+    case cudaMemcpyDeviceToDevice: ok = dst_dev && src_dev; break;
+    case cudaMemcpyHostToHost: ok = !is_device_range(dst, 1) && !is_device_range(src, 1); break;
+    case cudaMemcpyDefault: ok = true; break;
+  }
+  if (ok) return cudaSuccess;
+  std::fprintf(stderr, "cuda-emu: memcpy of %zu bytes, kind %d, from %p (%s) to %p (%s): pointers do not match the kind\n",
+               bytes, static_cast<int>(kind), src, src_dev ? "device" : "not device", dst,
+               dst_dev ? "device" : "not device");
+  return fail(cudaErrorInvalidValue);
+}
+
+// While a stream is captured, copies from pageable host memory are not allowed (as on a GPU):
+// the graph would read memory the caller may have reused.
+cudaError_t check_capture_copy(CUstream_st* s, const void* host, size_t bytes) {
+  std::lock_guard lock(s->mu);
+  if (s->capture == nullptr || bytes == 0 || is_pinned_range(host, bytes)) return cudaSuccess;
+  s->capture->invalidated = true;
+  return fail(cudaErrorStreamCaptureUnsupported);
+}
+
+}  // namespace
+
+const char* cudaGetErrorName(cudaError_t e) { return error_text(e).name; }
+const char* cudaGetErrorString(cudaError_t e) { return error_text(e).text; }
+
+cudaError_t cudaGetLastError() {
+  const cudaError_t e = t_last_error;
+  t_last_error = sticky();
+  return e != cudaSuccess ? e : sticky();
+}
+cudaError_t cudaPeekAtLastError() { return t_last_error != cudaSuccess ? t_last_error : sticky(); }
+
+cudaError_t cudaGetDeviceCount(int* count) {
+  *count = device_count();
+  if (*count == 0) return fail(cudaErrorNoDevice);
+  return cudaSuccess;
+}
+
+cudaError_t cudaSetDevice(int device) {
+  if (device < 0 || device >= device_count()) return fail(cudaErrorInvalidDevice);
+  t_device = device;
+  return cudaSuccess;
+}
+
+cudaError_t cudaGetDevice(int* device) {
+  *device = t_device;
+  return cudaSuccess;
+}
+
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
+  if (device < 0 || device >= device_count()) return fail(cudaErrorInvalidDevice);
+  *prop = cudaDeviceProp{};
+  std::snprintf(prop->name, sizeof(prop->name), "kite CUDA emulator %d (CPU)", device);
+  prop->totalGlobalMem = total_memory();
+  prop->multiProcessorCount = 4;
+  prop->major = 9, prop->minor = 0;
+  prop->warpSize = 32;
+  prop->maxThreadsPerBlock = 1024;
+  prop->sharedMemPerBlock = kMaxDynamicShared;
+  return cudaSuccess;
+}
+
+cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) {
+  if (device < 0 || device >= device_count()) return fail(cudaErrorInvalidDevice);
+  switch (attr) {
+    case cudaDevAttrMaxThreadsPerBlock: *value = 1024; return cudaSuccess;
+    case cudaDevAttrMultiProcessorCount: *value = 4; return cudaSuccess;
+  }
+  return fail(cudaErrorInvalidValue);
+}
+
+cudaError_t cudaDeviceSynchronize() {
+  flush_all();
+  return synced();
+}
+
+cudaError_t cudaMalloc(void** p, size_t bytes) {
+  *p = nullptr;
+  Memory& m = memory();
+  std::lock_guard lock(m.mu);
+  if (m.used + bytes > total_memory()) return fail(cudaErrorMemoryAllocation);
+  void* a = std::aligned_alloc(256, (std::max<size_t>(bytes, 1) + 255) / 256 * 256);
+  if (a == nullptr) return fail(cudaErrorMemoryAllocation);
+  std::memset(a, 0xff, bytes);  // uninitialized device memory reads as NaN, never as zeros
+  m.device[reinterpret_cast<uintptr_t>(a)] = bytes;
+  m.used += bytes;
+  *p = a;
+  return cudaSuccess;
+}
+
+cudaError_t cudaFree(void* p) {
+  if (p == nullptr) return cudaSuccess;
+  flush_all();  // cudaFree waits for the device, as on a GPU
+  Memory& m = memory();
+  std::lock_guard lock(m.mu);
+  auto it = m.device.find(reinterpret_cast<uintptr_t>(p));
+  if (it == m.device.end()) return fail(cudaErrorInvalidDevicePointer);
+  m.used -= it->second;
+  m.device.erase(it);
+  std::free(p);
+  return cudaSuccess;
+}
+
+cudaError_t cudaMallocHost(void** p, size_t bytes) {
+  *p = std::aligned_alloc(4096, (std::max<size_t>(bytes, 1) + 4095) / 4096 * 4096);
+  if (*p == nullptr) return fail(cudaErrorMemoryAllocation);
+  Memory& m = memory();
+  std::lock_guard lock(m.mu);
+  m.pinned_size[reinterpret_cast<uintptr_t>(*p)] = bytes;
+  return cudaSuccess;
+}
+
+cudaError_t cudaFreeHost(void* p) {
+  if (p == nullptr) return cudaSuccess;
+  flush_all();
+  Memory& m = memory();
+  std::lock_guard lock(m.mu);
+  if (m.pinned_size.erase(reinterpret_cast<uintptr_t>(p)) == 0) return fail(cudaErrorInvalidValue);
+  std::free(p);
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
+  Memory& m = memory();
+  std::lock_guard lock(m.mu);
+  *total_bytes = total_memory();
+  *free_bytes = *total_bytes > m.used ? *total_bytes - m.used : 0;
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
+  if (const cudaError_t e = check_copy(dst, src, bytes, kind); e != cudaSuccess) return e;
+  // (The legacy default stream: it waits for work on blocking streams only, and kite's stream is
+  // non-blocking, so nothing queued is run first.)
+  flush(legacy_stream());
+  std::memmove(dst, src, bytes);
+  return synced();
+}
+
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t s) {
+  if (const cudaError_t e = check_copy(dst, src, bytes, kind); e != cudaSuccess) return e;
+  if (kind == cudaMemcpyHostToDevice)
+    if (const cudaError_t e = check_capture_copy(resolve(s), src, bytes); e != cudaSuccess) return e;
+  if (kind == cudaMemcpyDeviceToHost)
+    if (const cudaError_t e = check_capture_copy(resolve(s), dst, bytes); e != cudaSuccess) return e;
+  return enqueue(s, [dst, src, bytes] { std::memmove(dst, src, bytes); });
+}
+
+cudaError_t cudaMemsetAsync(void* p, int value, size_t bytes, cudaStream_t s) {
+  if (bytes > 0 && !is_device_range(p, bytes)) return fail(cudaErrorInvalidValue);
+  return enqueue(s, [p, value, bytes] { std::memset(p, value, bytes); });
+}
+
+cudaError_t cudaMemset(void* p, int value, size_t bytes) {
+  if (const cudaError_t e = cudaMemsetAsync(p, value, bytes, nullptr); e != cudaSuccess) return e;
+  flush(legacy_stream());
+  return synced();
+}
+
+cudaError_t cudaStreamCreate(cudaStream_t* s) { return cudaStreamCreateWithFlags(s, cudaStreamDefault); }
+
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned) {
+  *s = new CUstream_st();
+  std::lock_guard lock(g_streams_mu);
+  g_streams.insert(*s);
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamDestroy(cudaStream_t s) {
+  if (s == nullptr) return fail(cudaErrorInvalidResourceHandle);
+  flush(s);  // (queued work still completes, as on a GPU)
+  {
+    std::lock_guard lock(g_streams_mu);
+    if (g_streams.erase(s) == 0) return fail(cudaErrorInvalidResourceHandle);
+  }
+  delete s;
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
+  CUstream_st* s = resolve(stream);
+  {
+    std::lock_guard lock(s->mu);
+    if (s->capture != nullptr) {
+      s->capture->invalidated = true;
+      return fail(cudaErrorStreamCaptureUnsupported);
+    }
+  }
+  flush(s);
+  return synced();
+}
+
+cudaError_t cudaEventCreate(cudaEvent_t* e) {
+  *e = new CUevent_st();
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventDestroy(cudaEvent_t e) {
+  delete e;
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
+  e->stream = resolve(s);
+  e->recorded = false;
+  return enqueue(s, [e] {
+    e->at = std::chrono::steady_clock::now();
+    e->recorded = true;
+  });
+}
+
+cudaError_t cudaEventSynchronize(cudaEvent_t e) {
+  if (e->stream != nullptr) flush(e->stream);
+  return synced();
+}
+
+cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t stop) {
+  if (!start->recorded || !stop->recorded) return fail(cudaErrorNotReady);
+  *ms = std::chrono::duration<float, std::milli>(stop->at - start->at).count();
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamBeginCapture(cudaStream_t stream, cudaStreamCaptureMode) {
+  CUstream_st* s = resolve(stream);
+  std::lock_guard lock(s->mu);
+  if (s->capture != nullptr) return fail(cudaErrorStreamCaptureUnsupported);
+  s->capture = new CUgraph_st();
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t* graph) {
+  CUstream_st* s = resolve(stream);
+  std::lock_guard lock(s->mu);
+  *graph = nullptr;
+  if (s->capture == nullptr) return fail(cudaErrorInvalidValue);
+  std::unique_ptr<CUgraph_st> g(s->capture);
+  s->capture = nullptr;
+  if (g->invalidated) return fail(cudaErrorStreamCaptureInvalidated);
+  *graph = g.release();
+  return cudaSuccess;
+}
+
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph, unsigned long long) {
+  if (graph == nullptr) return fail(cudaErrorInvalidValue);
+  *exec = new CUgraphExec_st{graph->ops};
+  return cudaSuccess;
+}
+
+cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t s) {
+  if (exec == nullptr) return fail(cudaErrorInvalidValue);
+  return enqueue(s, [exec] {
+    for (auto& op : exec->ops) op();
+  });
+}
+
+cudaError_t cudaGraphDestroy(cudaGraph_t graph) {
+  delete graph;
+  return cudaSuccess;
+}
+
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec) {
+  flush_all();  // a launched graph may still be queued
+  delete exec;
+  return cudaSuccess;
+}

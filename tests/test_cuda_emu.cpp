@@ -1,0 +1,181 @@
+// The CPU CUDA emulator itself (backends/cuda/emu, built with -DKITE_CUDA_EMU=ON): the CUDA
+// backend's tests are only as good as its emulation, so its block/warp cooperation, its failure
+// detection, its stream ordering and its graph capture are checked here with kernels written
+// for the purpose.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "backends/cuda/launch.cuh"
+
+namespace {
+
+using kite::cuda::emu::clear_failure;
+
+__global__ void block_sum(const float* x, float* out, int n) {
+  __shared__ float part[32];
+  const int t = threadIdx.x;
+  const float* xb = x + static_cast<size_t>(blockIdx.x) * n;
+  float v = 0.f;
+  for (int i = t; i < n; i += blockDim.x) v += xb[i];
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  if (t % 32 == 0) part[t / 32] = v;
+  __syncthreads();
+  if (t == 0) {
+    float s = 0.f;
+    for (unsigned w = 0; w < blockDim.x / 32; ++w) s += part[w];
+    out[blockIdx.x] = s;
+  }
+}
+
+__global__ void lane_ops(int* out) {
+  const int lane = threadIdx.x % 32;
+  int* o = out + threadIdx.x * 3;
+  o[0] = __shfl_down_sync(0xffffffffu, lane * 10, 3);
+  o[1] = __shfl_sync(0xffffffffu, lane + 100, 5);
+  o[2] = __shfl_xor_sync(0xffffffffu, lane, 17, 16);  // (lane mask beyond the 16-lane segment)
+}
+
+__global__ void exited_lane(float* out) {
+  if (threadIdx.x == 7) return;
+  out[threadIdx.x] = __shfl_xor_sync(0xffffffffu, 1.f, 1);
+}
+
+__global__ void split_barriers(float* out) {
+  if (threadIdx.x < 16) __syncthreads();
+  else __syncwarp();
+  out[threadIdx.x] = 1.f;
+}
+
+__global__ void add_one(float* x, int n) {
+  const int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
+  if (i < n) x[i] += 1.f;
+}
+
+template <class T>
+T* device_alloc(size_t n) {
+  void* p = nullptr;
+  REQUIRE(cudaMalloc(&p, n * sizeof(T)) == cudaSuccess);
+  return static_cast<T*>(p);
+}
+
+template <class T>
+std::vector<T> read_back(const T* d, size_t n) {
+  std::vector<T> h(n);
+  REQUIRE(cudaMemcpy(h.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost) == cudaSuccess);
+  return h;
+}
+
+}  // namespace
+
+TEST_CASE("cuda-emu: warp shuffles, shared memory and __syncthreads cooperate as on a GPU") {
+  const int n = 1000, blocks = 3;
+  std::vector<float> x(static_cast<size_t>(n * blocks));
+  for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(static_cast<float>(i)) + 0.25f;
+  float* dx = device_alloc<float>(x.size());
+  float* dout = device_alloc<float>(blocks);
+  REQUIRE(cudaMemcpy(dx, x.data(), x.size() * 4, cudaMemcpyHostToDevice) == cudaSuccess);
+  KITE_KERNEL(blocks, 128, 0, nullptr, block_sum)(dx, dout, n);
+  REQUIRE(cudaGetLastError() == cudaSuccess);
+  REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+  const std::vector<float> got = read_back(dout, blocks);
+  for (int b = 0; b < blocks; ++b) {
+    double want = 0;
+    for (int i = 0; i < n; ++i) want += x[static_cast<size_t>(b * n + i)];
+    CHECK(got[static_cast<size_t>(b)] == doctest::Approx(want).epsilon(1e-5));
+  }
+
+  int* dl = device_alloc<int>(64 * 3);
+  KITE_KERNEL(1, 64, 0, nullptr, lane_ops)(dl);
+  REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+  const std::vector<int> l = read_back(dl, 64 * 3);
+  for (int t = 0; t < 64; ++t) {
+    const int lane = t % 32;
+    CHECK(l[static_cast<size_t>(t * 3)] == (lane + 3 < 32 ? (lane + 3) * 10 : lane * 10));
+    CHECK(l[static_cast<size_t>(t * 3 + 1)] == 105);
+    CHECK(l[static_cast<size_t>(t * 3 + 2)] == lane);  // 17 leaves the 16-lane segment: own value
+  }
+  cudaFree(dx), cudaFree(dout), cudaFree(dl);
+}
+
+TEST_CASE("cuda-emu: an exited lane in a shuffle, a barrier not all reach, a host pointer fail the kernel, stickily") {
+  float* d = device_alloc<float>(32);
+  KITE_KERNEL(1, 32, 0, nullptr, exited_lane)(d);
+  CHECK(cudaGetLastError() == cudaSuccess);  // (a launch error would show here; this one runs later)
+  CHECK(cudaDeviceSynchronize() == cudaErrorLaunchFailure);
+  CHECK(cudaDeviceSynchronize() == cudaErrorLaunchFailure);  // sticky, as on a GPU
+  clear_failure();
+  KITE_KERNEL(1, 32, 0, nullptr, split_barriers)(d);
+  CHECK(cudaDeviceSynchronize() == cudaErrorLaunchFailure);
+  clear_failure();
+  std::vector<float> host(32, 0.f);  // a host address passed to a kernel would fault on a GPU
+  KITE_KERNEL(1, 32, 0, nullptr, add_one)(host.data(), 32);
+  CHECK(cudaDeviceSynchronize() == cudaErrorLaunchFailure);
+  CHECK(host[0] == 0.f);
+  clear_failure();
+  // A block of 2048 threads is a launch error, and the kernel does not run.
+  KITE_KERNEL(1, 2048, 0, nullptr, add_one)(d, 32);
+  CHECK(cudaGetLastError() == cudaErrorInvalidConfiguration);
+  KITE_KERNEL(1, 32, 64 << 10, nullptr, add_one)(d, 32);  // 64 KiB of dynamic shared memory
+  CHECK(cudaGetLastError() == cudaErrorInvalidValue);
+  CHECK(cudaDeviceSynchronize() == cudaSuccess);
+  cudaFree(d);
+}
+
+TEST_CASE("cuda-emu: stream work runs at synchronization; fresh memory is NaN; copies check their pointers") {
+  cudaStream_t s = nullptr;
+  REQUIRE(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess);
+  float* d = device_alloc<float>(4);
+  const std::vector<float> fresh = read_back(d, 4);
+  CHECK(std::isnan(fresh[0]));
+  void* pinned = nullptr;
+  REQUIRE(cudaMallocHost(&pinned, 16) == cudaSuccess);
+  auto* h = static_cast<float*>(pinned);
+  for (int i = 0; i < 4; ++i) h[i] = 1.f;
+  REQUIRE(cudaMemcpyAsync(d, h, 16, cudaMemcpyHostToDevice, s) == cudaSuccess);
+  h[0] = 5.f;  // before the copy ran: a GPU may read the buffer any time until the stream syncs
+  REQUIRE(cudaStreamSynchronize(s) == cudaSuccess);
+  CHECK(read_back(d, 4)[0] == 5.f);
+  // Kinds that do not match the pointers are errors.
+  CHECK(cudaMemcpy(h, d, 16, cudaMemcpyHostToDevice) == cudaErrorInvalidValue);
+  CHECK(cudaMemcpy(d, h, 16, cudaMemcpyDeviceToDevice) == cudaErrorInvalidValue);
+  CHECK(cudaMemcpy(d, h, 32, cudaMemcpyHostToDevice) == cudaErrorInvalidValue);  // past the allocation
+  cudaGetLastError();
+  cudaFreeHost(pinned);
+  cudaFree(d);
+  cudaStreamDestroy(s);
+}
+
+TEST_CASE("cuda-emu: a captured graph replays its work; syncing or pageable copies invalidate a capture") {
+  cudaStream_t s = nullptr;
+  REQUIRE(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess);
+  const int n = 100;
+  float* d = device_alloc<float>(n);
+  REQUIRE(cudaMemsetAsync(d, 0, n * 4, s) == cudaSuccess);
+  REQUIRE(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed) == cudaSuccess);
+  KITE_KERNEL(1, 128, 0, s, add_one)(d, n);
+  cudaGraph_t g = nullptr;
+  REQUIRE(cudaStreamEndCapture(s, &g) == cudaSuccess);
+  cudaGraphExec_t e = nullptr;
+  REQUIRE(cudaGraphInstantiate(&e, g, 0) == cudaSuccess);
+  REQUIRE(cudaStreamSynchronize(s) == cudaSuccess);
+  CHECK(read_back(d, n)[0] == 0.f);  // captured, not run
+  REQUIRE(cudaGraphLaunch(e, s) == cudaSuccess);
+  REQUIRE(cudaGraphLaunch(e, s) == cudaSuccess);
+  REQUIRE(cudaStreamSynchronize(s) == cudaSuccess);
+  CHECK(read_back(d, n)[n - 1] == 2.f);
+  cudaGraphExecDestroy(e);
+  cudaGraphDestroy(g);
+
+  std::vector<float> pageable(n, 3.f);
+  REQUIRE(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed) == cudaSuccess);
+  CHECK(cudaMemcpyAsync(d, pageable.data(), n * 4, cudaMemcpyHostToDevice, s) == cudaErrorStreamCaptureUnsupported);
+  CHECK(cudaStreamEndCapture(s, &g) == cudaErrorStreamCaptureInvalidated);
+  REQUIRE(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed) == cudaSuccess);
+  CHECK(cudaStreamSynchronize(s) == cudaErrorStreamCaptureUnsupported);
+  CHECK(cudaStreamEndCapture(s, &g) == cudaErrorStreamCaptureInvalidated);
+  cudaGetLastError();
+  cudaFree(d);
+  cudaStreamDestroy(s);
+}
