@@ -121,9 +121,13 @@ TEST_CASE("cuda: greedy output of the F16 test models equals the CPU's (except n
 TEST_CASE("cuda: every GGUF file within 0.5% of llama.cpp's ppl_ctx256 on the GPU") {
   if (!have_gpu("perplexity")) return;
 #ifdef KITE_CUDA_EMU
-  // On the CPU emulator every file still runs, over 512 tokens (two 256-token windows) against
-  // the CPU backend on the same span: the whole text would take minutes per file.
-  check_perplexity("cuda", {}, 512);
+  // On the CPU emulator every file still runs, over 512 tokens (two 256-token windows, 256 scored)
+  // against the CPU backend on the same span: the whole text would take many minutes per file.
+  // Over so few tokens the int8 activations' rounding flips (the CPU's and the GPU's attention
+  // sum in different orders) move a tiny model's perplexity by up to ~0.7% (stories260K-Q8_0:
+  // 0.64% with the int8 tensor-core matmul), so the bound here is 1%; a broken kernel is off by
+  // far more. The 0.5% goal is checked on a GPU, over the whole text, against llama.cpp.
+  check_perplexity("cuda", {}, 512, 0.01);
 #else
   check_perplexity("cuda", {}, 0);
 #endif
@@ -146,18 +150,41 @@ TEST_CASE("cuda: the last layers on the GPU, the rest on the CPU, give the CPU's
   check_split_placement("cuda");
 }
 
-TEST_CASE("cuda: decode steps replayed as CUDA graphs give the eager steps' tokens") {
+TEST_CASE("cuda: decode steps replayed as CUDA graphs give the eager steps' logits, bit for bit") {
   if (!have_gpu("CUDA graphs")) return;
 #ifdef KITE_CUDA
-  // (Read when a backend is created; each ctest test is its own process.)
-  setenv("KITE_CUDA_GRAPHS", "1", 1);
-  const uint64_t before = cuda::cuda_graph_launches();
-  check_greedy_matches_cpu("cuda", {"gguf/llama-draft-Q4_K_M.gguf", "gguf/qwen3-tiny-f16.gguf"}, 24);
-  check_batch_invariance("cuda", "gguf/llama-draft-Q8_0.gguf", 8);
-  unsetenv("KITE_CUDA_GRAPHS");
-  const uint64_t launched = cuda::cuda_graph_launches() - before;
-  MESSAGE(launched, " steps launched as graphs");
-  CHECK(launched > 10);
+  // KITE_CUDA_GRAPHS is read when a backend is created: one context with graphs, one without,
+  // decoding the same greedy tokens in lockstep (one and two sequences a step).
+  for (const char* name : {"gguf/llama-draft-Q4_K_M.gguf", "gguf/qwen3-tiny-f16.gguf"}) {
+    const LoadedModel& l = load_model(name);
+    setenv("KITE_CUDA_GRAPHS", "1", 1);
+    auto graphs = make_device_ctx(l, "cuda", 256, 2);
+    unsetenv("KITE_CUDA_GRAPHS");
+    auto eager = make_device_ctx(l, "cuda", 256, 2);
+    const uint64_t before = cuda::cuda_graph_launches();
+    EncodeOptions eo;
+    for (Context* c : {graphs.get(), eager.get()}) {
+      REQUIRE(c->eval(l.tok->encode("Once upon a time", eo), 0).ok());
+      REQUIRE(c->eval(l.tok->encode("The king said", eo), 1).ok());
+    }
+    int32_t t0 = argmax_of(eager->logits(0)), t1 = argmax_of(eager->logits(1));
+    int mismatched = 0;
+    for (int step = 0; step < 24; ++step) {
+      const BatchToken two[2] = {{t0, 0, true}, {t1, 1, true}};
+      const std::span<const BatchToken> batch(two, step < 12 ? 1 : 2);  // one sequence, then two
+      for (Context* c : {graphs.get(), eager.get()}) REQUIRE(c->decode(batch).ok());
+      for (int s = 0; s < static_cast<int>(batch.size()); ++s) {
+        const auto a = graphs->logits(s), b = eager->logits(s);
+        mismatched += !std::equal(a.begin(), a.end(), b.begin(), b.end());
+      }
+      t0 = argmax_of(eager->logits(0));
+      if (batch.size() == 2) t1 = argmax_of(eager->logits(1));
+    }
+    const uint64_t launched = cuda::cuda_graph_launches() - before;
+    MESSAGE(std::string(name), ": ", launched, " steps launched as graphs");
+    CHECK(mismatched == 0);
+    CHECK(launched > 10);
+  }
 #endif
 }
 

@@ -92,6 +92,12 @@ cudaError_t launch_mmvq_legacy(int type, const void* w, size_t row_bytes, int64_
 cudaError_t launch_mmvq_kquant(int type, const void* w, size_t row_bytes, int64_t k, int64_t m, const int8_t* q,
                                const float* ds, int n, float* dst, int64_t ldd, cudaStream_t s);
 
+// ---- int8 tensor-core matrix-matrix product (k_mmq.cu) ------------------------------------
+// dst[c * ldd + i] = W row i · column c for any number of columns n, quantized W of `type` (the
+// types launch_mmvq takes), from launch_quantize_act's q/ds; WMMA int8 (sm_72+).
+cudaError_t launch_mmq(int type, const void* w, size_t row_bytes, int64_t k, int64_t m, const int8_t* q,
+                       const float* ds, int64_t n, float* dst, int64_t ldd, cudaStream_t s);
+
 // ---- attention over the paged cache (k_attention.cu) --------------------------------------
 struct AttentionArgs {
   const float* q = nullptr;  // [hd, n_head, n_tok]: head h of token t at q + h*q_nb1 + t*q_nb2 (bytes)

@@ -3,10 +3,12 @@
 // (scratch only grows) and no synchronization.
 //
 // mul_mat: up to kMaxMmvCols activation columns take the matrix-vector kernels (int8 __dp4a for
-// quantized weights, f32 for float weights); more columns dequantize the weights chunk by chunk
-// into scratch and call cuBLAS: F16 x F16 -> F32 (tensor cores) for quantized weights, f32 SGEMM
-// for float weights (their results must match the CPU's f32 math closely).
+// quantized weights, f32 for float weights); quantized weights with up to kMmqMaxCols columns
+// take the int8 tensor-core kernel (launch_mmq); more columns dequantize the weights chunk by
+// chunk into scratch and call cuBLAS: F16 x F16 -> F32 (tensor cores) for quantized weights, f32
+// SGEMM for float weights (their results must match the CPU's f32 math closely).
 #include <algorithm>
+#include <cstdlib>
 
 #include "backends/cuda/device.h"
 #include "backends/cuda/kernels.h"
@@ -51,6 +53,20 @@ bool uniform_rows(const Tensor* x) {
 
 #define KITE_LAUNCH(call) KITE_CUDA_CHECK(call)
 
+// Quantized weights with more than kMaxMmvCols and at most this many columns take the int8
+// tensor-core kernel (launch_mmq), which reads the quantized weights in place; more columns
+// (prefill) dequantize to F16 for cuBLAS. 256 is a guess until measured on a GPU.
+constexpr int64_t kMmqMaxCols = 256;
+
+// Whether `cols` (> kMaxMmvCols) activation columns of a quantized weight take launch_mmq.
+// KITE_CUDA_MMQ=0 never, =1 always (read per call, so tests can switch it).
+bool use_mmq(int64_t cols) {
+  const char* env = std::getenv("KITE_CUDA_MMQ");
+  if (env != nullptr && env[0] == '0' && env[1] == '\0') return false;
+  if (env != nullptr && env[0] == '1' && env[1] == '\0') return true;
+  return cols <= kMmqMaxCols;
+}
+
 Status mul_mat(Device& dev, OpScratch& sc, Tensor* n) {
   const Tensor* w = n->src[0];
   const Tensor* x = n->src[1];
@@ -84,6 +100,15 @@ Status mul_mat(Device& dev, OpScratch& sc, Tensor* n) {
     KITE_LAUNCH(launch_quantize_act(xf, ldx, k, cols, static_cast<int8_t*>(q), static_cast<float*>(ds), s));
     KITE_LAUNCH(launch_mmvq(tid(w->type), wp, w_row, k, m, static_cast<const int8_t*>(q),
                             static_cast<const float*>(ds), nc, dst, ldd, s));
+    return ok_status();
+  }
+
+  if (!is_float(w->type) && use_mmq(cols)) {
+    KITE_ASSIGN_OR_RETURN(void* q, dev.scratch(sc.q, static_cast<size_t>(k * cols), "int8 activation"));
+    KITE_ASSIGN_OR_RETURN(void* ds, dev.scratch(sc.ds, static_cast<size_t>(k / 32 * cols) * 16, "activation scale"));
+    KITE_LAUNCH(launch_quantize_act(xf, ldx, k, cols, static_cast<int8_t*>(q), static_cast<float*>(ds), s));
+    KITE_LAUNCH(launch_mmq(tid(w->type), wp, w_row, k, m, static_cast<const int8_t*>(q),
+                           static_cast<const float*>(ds), cols, dst, ldd, s));
     return ok_status();
   }
 

@@ -141,14 +141,20 @@ struct ThreadIds {
   uint3 thread_idx, block_idx;
   dim3 block_dim, grid_dim;
 };
-// The running emulated thread's coordinates.
-const ThreadIds& ids();
+// The running emulated thread (set by the scheduler before it resumes one; inline reads, since
+// kernels read threadIdx and friends all the time).
+struct ThreadState {
+  ThreadIds ids;
+  int lane = 0, warp = 0;
+};
+extern thread_local constinit ThreadState* t_thread;
+inline const ThreadIds& ids() { return t_thread->ids; }
+inline int lane_id() { return t_thread->lane; }
 void sync_threads();
 void sync_warp(unsigned mask);
 // A warp exchange: every lane in `mask` offers `v` and gets the value lane `src` offered (its
 // own when `src` is out of range); all of the mask's lanes must take part, as on a GPU.
 uint64_t exchange(unsigned mask, uint64_t v, int src);
-int lane_id();
 
 template <class T>
 T shuffle(unsigned mask, T v, int src) {

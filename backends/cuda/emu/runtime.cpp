@@ -162,15 +162,13 @@ struct PooledStack {
 
 enum class State : uint8_t { kReady, kWarp, kBlock, kDone };
 
-struct Lane {
+struct Lane : ThreadState {
   ctx::fiber fiber;  // the thread (while it is suspended)
   ctx::fiber back;   // the scheduler (while the thread runs)
   State state = State::kReady;
   unsigned mask = 0;
   uint64_t offer[2] = {0, 0};  // double-buffered: a lane can be one exchange ahead of a reader
   unsigned exchanges = 0;
-  ThreadIds ids;
-  int lane = 0, warp = 0;
 };
 
 struct Block {
@@ -187,13 +185,18 @@ struct DirectBarrier {};
 thread_local Lane* t_lane = nullptr;
 thread_local Block* t_block = nullptr;
 
+void set_lane(Lane* l) {
+  t_lane = l;
+  t_thread = l;
+}
+
 void suspend(State s) {
   if (t_block->direct) throw DirectBarrier{};
   ++t_block->barriers;
   Lane* me = t_lane;
   me->state = s;
   me->back = std::move(me->back).resume();
-  t_lane = me;  // (resumed by the scheduler)
+  set_lane(me);  // (resumed by the scheduler)
 }
 
 std::string states_of(const Block& b) {
@@ -261,7 +264,7 @@ bool run_block(Block& b, const std::function<void()>& body) {
     Lane* lp = &l;
     l.fiber = ctx::fiber(std::allocator_arg, PooledStack(), [lp, &body](ctx::fiber&& back) {
       lp->back = std::move(back);
-      t_lane = lp;
+      set_lane(lp);
       body();
       lp->state = State::kDone;
       return std::move(lp->back);
@@ -276,7 +279,7 @@ bool run_block(Block& b, const std::function<void()>& body) {
         continue;
       }
       ran = true;
-      t_lane = &l;
+      set_lane(&l);
       l.fiber = std::move(l.fiber).resume();
       live |= l.state != State::kDone;
     }
@@ -285,12 +288,12 @@ bool run_block(Block& b, const std::function<void()>& body) {
     if (!release(b, why)) {
       kernel_failed(b.kernel, why.c_str());
       for (Lane& l : b.lanes) l.fiber = ctx::fiber();  // unwinds the suspended threads
-      t_lane = nullptr;
+      set_lane(nullptr);
       return false;
     }
     (void)ran;
   }
-  t_lane = nullptr;
+  set_lane(nullptr);
   return true;
 }
 
@@ -302,7 +305,7 @@ bool run_direct(Block& b, const std::function<void()>& body) {
   b.direct = true;
   bool ok = true;
   for (Lane& l : b.lanes) {
-    t_lane = &l;
+    set_lane(&l);
     try {
       body();
     } catch (const DirectBarrier&) {
@@ -313,7 +316,7 @@ bool run_direct(Block& b, const std::function<void()>& body) {
     }
   }
   b.direct = false;
-  t_lane = nullptr;
+  set_lane(nullptr);
   return ok;
 }
 
@@ -322,8 +325,7 @@ std::string dims(dim3 d) { return std::to_string(d.x) + "x" + std::to_string(d.y
 }  // namespace
 
 // ---- kernel language ----------------------------------------------------------------------
-const ThreadIds& ids() { return t_lane->ids; }
-int lane_id() { return t_lane->lane; }
+thread_local constinit ThreadState* t_thread = nullptr;
 void sync_threads() { suspend(State::kBlock); }
 
 void sync_warp(unsigned mask) {

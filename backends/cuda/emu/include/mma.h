@@ -1,0 +1,181 @@
+// The CUDA emulator's stand-in for the toolkit header of this name (backends/cuda/emu): the
+// warp matrix functions (nvcuda::wmma) for 8-bit integer inputs and int accumulators, the part
+// kite's kernels use (sm_72+ on a GPU).
+//
+// Semantics are the CUDA programming guide's ("Warp Matrix Functions"):
+// - a fragment is a warp's share of an M x K (matrix_a), K x N (matrix_b) or M x N (accumulator)
+//   tile; shapes m16n16k16, m32n8k16, m8n32k16;
+// - load_matrix_sync / store_matrix_sync: element (i, j) of the tile is at mptr[i * ldm + j]
+//   (row major) or mptr[j * ldm + i] (column major); mptr 256-bit aligned, ldm a multiple of 16
+//   bytes; matrix_a/matrix_b take their layout from the fragment type, the accumulator from the
+//   call's layout_t;
+// - mma_sync(d, a, b, c, satf): d = a * b + c in 32-bit integers (wrapping; with satf, clamped);
+// - every call is warp-collective with the same arguments in every lane.
+//
+// Emulation: each lane's fragment holds the whole tile (element (i, j) at x[i * cols + j]), so
+// every lane computes the whole product; on a GPU the elements are spread over the lanes in an
+// unspecified way, so code must not read x[] by position (fill_fragment and elementwise use of
+// every x[] element, the same for each, are fine). Each call starts with __syncwarp() and a warp
+// exchange, which fail the kernel unless all 32 lanes of the warp take part; loads and stores
+// also check that the lanes passed the same pointer, stride and layout, that the pointer is
+// 256-bit aligned and the stride a multiple of 16 bytes (a violation fails the kernel, reported
+// on stderr, as undefined behaviour could on a GPU).
+#pragma once
+
+#include <climits>
+#include <cstdint>
+#include <string>
+#include <type_traits>
+
+#include "backends/cuda/emu/kernel.h"
+
+namespace nvcuda::wmma {
+
+struct matrix_a {};
+struct matrix_b {};
+struct accumulator {};
+struct row_major {};
+struct col_major {};
+
+enum layout_t { mem_row_major, mem_col_major };
+
+namespace detail {
+
+template <int M, int N, int K>
+inline constexpr bool kShapeOk = (M == 16 && N == 16 && K == 16) || (M == 32 && N == 8 && K == 16) ||
+                                 (M == 8 && N == 32 && K == 16);
+
+// The tile a fragment holds: rows x cols.
+template <class Use, int M, int N, int K>
+struct Tile;
+template <int M, int N, int K>
+struct Tile<matrix_a, M, N, K> {
+  static constexpr int kRows = M, kCols = K;
+};
+template <int M, int N, int K>
+struct Tile<matrix_b, M, N, K> {
+  static constexpr int kRows = K, kCols = N;
+};
+template <int M, int N, int K>
+struct Tile<accumulator, M, N, K> {
+  static constexpr int kRows = M, kCols = N;
+};
+
+template <class T>
+inline constexpr bool kInt8 = std::is_same_v<T, signed char> || std::is_same_v<T, unsigned char>;
+
+// Fails the running kernel (reported on stderr; later synchronizations return an error).
+inline void fail(const char* op, const std::string& what) {
+  ::kite::cuda::emu::kernel_failed("(wmma)", (std::string(op) + ": " + what).c_str());
+}
+
+// All 32 lanes of the warp take part: a full-warp exchange fails the kernel otherwise (where a
+// __syncwarp() alone would release the lanes still running).
+inline void all_lanes() { (void)::kite::cuda::emu::shuffle(0xffffffffu, 0u, 0); }
+
+// The warp-collective prologue of the loads and stores: all 32 lanes arrive (one full-warp
+// exchange), and all pass lane 0's pointer, stride and layout (each lane compares its own with
+// lane 0's, received in the same exchange); the pointer is 256-bit aligned and the stride 16
+// bytes' worth.
+inline void enter(const char* op, const void* p, unsigned ldm, int layout, size_t elem_bytes) {
+  namespace emu = ::kite::cuda::emu;
+  const auto bits = reinterpret_cast<uint64_t>(p);
+  const uint64_t key = bits * 0x9e3779b97f4a7c15ull ^ (static_cast<uint64_t>(ldm) << 8 | static_cast<uint64_t>(layout & 0xff));
+  if (emu::shuffle(0xffffffffu, key, 0) != key) {
+    fail(op, "the lanes of the warp passed different pointers, strides or layouts");
+    return;
+  }
+  if (emu::lane_id() != 0) return;  // (one report per warp)
+  if (bits % 32 != 0) fail(op, "pointer " + std::to_string(bits) + " is not 256-bit aligned");
+  if ((static_cast<size_t>(ldm) * elem_bytes) % 16 != 0)
+    fail(op, "ldm " + std::to_string(ldm) + " is not a multiple of 16 bytes");
+}
+
+}  // namespace detail
+
+template <class Use, int M, int N, int K, class T, class Layout = void>
+class fragment {
+  static_assert(detail::kShapeOk<M, N, K>, "wmma (emulated): shapes are m16n16k16, m32n8k16, m8n32k16");
+  static_assert(std::is_same_v<Use, accumulator>
+                    ? std::is_same_v<T, int> && std::is_void_v<Layout>
+                    : detail::kInt8<T> && (std::is_same_v<Layout, row_major> || std::is_same_v<Layout, col_major>),
+                "wmma (emulated): signed/unsigned char matrix_a/matrix_b with a row_major/col_major layout, "
+                "int accumulators without one");
+
+ public:
+  using element_type = T;
+  static constexpr int kRows = detail::Tile<Use, M, N, K>::kRows;
+  static constexpr int kCols = detail::Tile<Use, M, N, K>::kCols;
+  enum { num_elements = kRows * kCols };
+  T x[num_elements];  // (emulation) the whole tile, element (i, j) at x[i * kCols + j]
+};
+
+template <class Use, int M, int N, int K, class T, class Layout>
+inline void fill_fragment(fragment<Use, M, N, K, T, Layout>& a, const T& v) {
+  detail::all_lanes();
+  for (T& e : a.x) e = v;
+}
+
+// matrix_a / matrix_b: the layout is the fragment's.
+template <class Use, int M, int N, int K, class T, class Layout>
+inline void load_matrix_sync(fragment<Use, M, N, K, T, Layout>& a, const T* mptr, unsigned ldm) {
+  static_assert(!std::is_same_v<Use, accumulator>, "an accumulator is loaded with a layout_t argument");
+  constexpr bool kRow = std::is_same_v<Layout, row_major>;
+  detail::enter("load_matrix_sync", mptr, ldm, kRow ? 0 : 1, sizeof(T));
+  using F = fragment<Use, M, N, K, T, Layout>;
+  for (int i = 0; i < F::kRows; ++i)
+    for (int j = 0; j < F::kCols; ++j)
+      a.x[i * F::kCols + j] = kRow ? mptr[static_cast<size_t>(i) * ldm + j] : mptr[static_cast<size_t>(j) * ldm + i];
+}
+
+template <int M, int N, int K>
+inline void load_matrix_sync(fragment<accumulator, M, N, K, int>& a, const int* mptr, unsigned ldm, layout_t layout) {
+  detail::enter("load_matrix_sync", mptr, ldm, layout, sizeof(int));
+  for (int i = 0; i < M; ++i)
+    for (int j = 0; j < N; ++j)
+      a.x[i * N + j] =
+          layout == mem_row_major ? mptr[static_cast<size_t>(i) * ldm + j] : mptr[static_cast<size_t>(j) * ldm + i];
+}
+
+template <int M, int N, int K>
+inline void store_matrix_sync(int* mptr, const fragment<accumulator, M, N, K, int>& a, unsigned ldm, layout_t layout) {
+  detail::enter("store_matrix_sync", mptr, ldm, layout, sizeof(int));
+  for (int i = 0; i < M; ++i)
+    for (int j = 0; j < N; ++j) {
+      int& e =
+          layout == mem_row_major ? mptr[static_cast<size_t>(i) * ldm + j] : mptr[static_cast<size_t>(j) * ldm + i];
+      e = a.x[i * N + j];
+    }
+}
+
+// d = a * b + c, 32-bit integer arithmetic: wrapping, or with satf clamped to the int range.
+template <int M, int N, int K, class TA, class LA, class TB, class LB>
+inline void mma_sync(fragment<accumulator, M, N, K, int>& d, const fragment<matrix_a, M, N, K, TA, LA>& a,
+                     const fragment<matrix_b, M, N, K, TB, LB>& b, const fragment<accumulator, M, N, K, int>& c,
+                     bool satf = false) {
+  static_assert(std::is_same_v<TA, TB>, "wmma (emulated): matrix_a and matrix_b of one 8-bit type");
+  detail::all_lanes();
+  // Every lane holds the same fragments (the loads check the lanes' arguments agree), so lane 0
+  // computes the product once for its warp and the other lanes copy it: after a warp barrier the
+  // scheduler resumes the warp's lanes in order, lane 0 first. (A block runs at a time, so a
+  // function static indexed by warp is the block's.)
+  static int shared_out[32][M * N];
+  namespace emu = ::kite::cuda::emu;
+  const auto& id = emu::ids();
+  const unsigned warp = (id.thread_idx.x + id.block_dim.x * (id.thread_idx.y + id.block_dim.y * id.thread_idx.z)) / 32;
+  int* out = shared_out[warp];  // (d may be c)
+  if (emu::lane_id() != 0) {
+    for (int i = 0; i < M * N; ++i) d.x[i] = out[i];
+    return;
+  }
+  for (int i = 0; i < M; ++i)
+    for (int j = 0; j < N; ++j) {
+      int64_t s = c.x[i * N + j];
+      for (int e = 0; e < K; ++e) s += static_cast<int64_t>(a.x[i * K + e]) * static_cast<int64_t>(b.x[e * N + j]);
+      if (satf) s = s < INT_MIN ? INT_MIN : (s > INT_MAX ? INT_MAX : s);
+      out[i * N + j] = static_cast<int>(static_cast<uint32_t>(static_cast<uint64_t>(s)));
+    }
+  for (int i = 0; i < M * N; ++i) d.x[i] = out[i];
+}
+
+}  // namespace nvcuda::wmma
