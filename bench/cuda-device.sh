@@ -14,7 +14,9 @@
 #   4. synthetic Llama-3-8B Q4_K_M (the issue's bandwidth goal): one `kite bench` process builds
 #      the model on the host (its build time is printed), then pp512, tg128 (tokens/s, achieved
 #      GB/s and % of step 2's bandwidth) and batched decode at 1, 16 and 64 sequences
-#   5. op conformance on CUDA: every op and weight type against the references (ops:*)
+#   5. op conformance on CUDA: every op and weight type against the references (ops:*); then
+#      llama-1b Q4_K_M pp512 and batched decode 16/64 with KITE_CUDA_MMQ=1 and =0 (int8
+#      tensor-core matmul vs dequantize + cuBLAS: the data for mmq's column threshold)
 #   6. the same as 4 for llama-8b Q4_0 / Q8_0, then llama-1b and llama-3b x Q4_K_M / Q4_0 / Q8_0
 #   7. the other GPU tests: every GGUF file's perplexity against llama.cpp's, batch invariance
 #   8. CUDA graphs on (KITE_CUDA_GRAPHS=1; off by default): greedy + batch invariance, 1B decode
@@ -148,8 +150,8 @@ bw_flag=()
 
 # The GPU tests (kite-tests): clean errors, kite run, greedy equality first (quick), the rest later.
 tests_quick="cuda: without*,cuda: cuBLAS*,cuda: kite run*,cuda: greedy*"
-tests_rest="cuda: every GGUF*,cuda: a sequence*"
-KEEP_TESTS='test cases|assertions|ERROR|FAILED|on cuda|greedy tokens|diverged|skipped|nmse'
+tests_rest="cuda: every GGUF*,cuda: a sequence*,cuda: mmq*,cuda: contexts*,cuda: the last*,cuda: decode steps*"
+KEEP_TESTS='test cases|assertions|ERROR|FAILED|on cuda|greedy tokens|diverged|skipped|nmse|as graphs'
 if [ -z "${SKIP_TESTS:-}" ]; then
   KEEP=$KEEP_TESTS
   run_step "cuda tests: quick" 60 "$bin/kite-tests" -tc="$tests_quick" --duration=true
@@ -215,6 +217,16 @@ for m in $models; do
   if [ $first = 1 ] && [ -z "${SKIP_TESTS:-}" ]; then
     KEEP='test cases|assertions|ERROR|FAILED|skipped, no CUDA'
     run_step "ops conformance" 90 "$bin/kite-tests" -tc="ops:*" --duration=true
+  fi
+  if [ $first = 1 ]; then
+    # The int8 tensor-core matmul (mmq) against dequantize + cuBLAS, both ways at every width
+    # (by default 9..256 columns take mmq): the data for the threshold in backends/cuda/ops.cpp.
+    KEEP='^\||^\{'
+    for mmq in 1 0; do
+      KITE_CUDA_MMQ=$mmq run_step "llama-1b q4_K_M KITE_CUDA_MMQ=$mmq" 45 "$bin/kite" bench --device "$device" \
+        --synthetic llama-1b --type q4_K_M -p 512 -n 0 -r 2 --json --and-parallel 16,64 --parallel-prompt 128 \
+        --parallel-gen 32
+    done
   fi
   first=0
 done
