@@ -68,15 +68,16 @@ std::vector<float> mul_mat_on(Backend& be, DType t, const std::vector<uint8_t>& 
   return run_graph(be, g, y, {{w, wb}, {x, bytes_of(xf)}});
 }
 
-// The decoded weights times the float activations, in doubles.
-std::vector<double> float_reference(const std::vector<float>& wd, const std::vector<float>& xf, int64_t k, int64_t m,
-                                    int64_t n) {
+// The decoded weights times activations `x` ([n][k]), in doubles.
+template <class X>
+std::vector<double> matmul_reference(const std::vector<float>& wd, const std::vector<X>& x, int64_t k, int64_t m,
+                                     int64_t n) {
   std::vector<double> ref(static_cast<size_t>(m * n));
   for (int64_t c = 0; c < n; ++c)
     for (int64_t r = 0; r < m; ++r) {
       double s = 0;
       for (int64_t e = 0; e < k; ++e)
-        s += static_cast<double>(wd[static_cast<size_t>(r * k + e)]) * xf[static_cast<size_t>(c * k + e)];
+        s += static_cast<double>(wd[static_cast<size_t>(r * k + e)]) * static_cast<double>(x[static_cast<size_t>(c * k + e)]);
       ref[static_cast<size_t>(c * m + r)] = s;
     }
   return ref;
@@ -94,15 +95,7 @@ std::vector<double> int8_reference(const std::vector<float>& wd, const std::vect
     const float id = d != 0.f ? 1.f / d : 0.f;
     for (size_t i = b; i < b + 32; ++i) xq[i] = static_cast<double>(d) * std::round(xf[i] * id);
   }
-  std::vector<double> ref(static_cast<size_t>(m * n));
-  for (int64_t c = 0; c < n; ++c)
-    for (int64_t r = 0; r < m; ++r) {
-      double s = 0;
-      for (int64_t e = 0; e < k; ++e)
-        s += static_cast<double>(wd[static_cast<size_t>(r * k + e)]) * xq[static_cast<size_t>(c * k + e)];
-      ref[static_cast<size_t>(c * m + r)] = s;
-    }
-  return ref;
+  return matmul_reference(wd, xq, k, m, n);
 }
 
 std::vector<double> to_double(const std::vector<float>& v) {
@@ -139,7 +132,7 @@ TEST_CASE("cuda: mmq matches the CPU backend and the int8 model, every quantized
       const std::vector<float> got = mul_mat_on(*cuda, t, wb, xf, s.k, s.m, s.n);
       const std::vector<float> want = mul_mat_on(**cpu, t, wb, xf, s.k, s.m, s.n);
       const std::vector<float> wd = decode(t, wb, s.k * s.m);
-      const std::vector<double> exact = float_reference(wd, xf, s.k, s.m, s.n);
+      const std::vector<double> exact = matmul_reference(wd, xf, s.k, s.m, s.n);
       const std::vector<double> same_codes = int8_reference(wd, xf, s.k, s.m, s.n);
       INFO(quant::find_traits(t)->name, " k=", s.k, " m=", s.m, " n=", s.n);
       const double e_exact = nmse(got, exact), e_cpu = nmse(got, to_double(want)), e_int8 = nmse(got, same_codes);

@@ -89,26 +89,20 @@ Status mul_mat(Device& dev, OpScratch& sc, Tensor* n) {
     ldx = static_cast<size_t>(k);
   }
 
-  if (cols <= kMaxMmvCols) {
-    const int nc = static_cast<int>(cols);
-    if (is_float(w->type)) {
-      KITE_LAUNCH(launch_mmv_float(tid(w->type), wp, w_row, k, m, xf, ldx, nc, dst, ldd, s));
-      return ok_status();
-    }
-    KITE_ASSIGN_OR_RETURN(void* q, dev.scratch(sc.q, static_cast<size_t>(k * cols), "int8 activation"));
-    KITE_ASSIGN_OR_RETURN(void* ds, dev.scratch(sc.ds, static_cast<size_t>(k / 32 * cols) * 16, "activation scale"));
-    KITE_LAUNCH(launch_quantize_act(xf, ldx, k, cols, static_cast<int8_t*>(q), static_cast<float*>(ds), s));
-    KITE_LAUNCH(launch_mmvq(tid(w->type), wp, w_row, k, m, static_cast<const int8_t*>(q),
-                            static_cast<const float*>(ds), nc, dst, ldd, s));
+  if (cols <= kMaxMmvCols && is_float(w->type)) {
+    KITE_LAUNCH(launch_mmv_float(tid(w->type), wp, w_row, k, m, xf, ldx, static_cast<int>(cols), dst, ldd, s));
     return ok_status();
   }
-
-  if (!is_float(w->type) && use_mmq(cols)) {
-    KITE_ASSIGN_OR_RETURN(void* q, dev.scratch(sc.q, static_cast<size_t>(k * cols), "int8 activation"));
-    KITE_ASSIGN_OR_RETURN(void* ds, dev.scratch(sc.ds, static_cast<size_t>(k / 32 * cols) * 16, "activation scale"));
-    KITE_LAUNCH(launch_quantize_act(xf, ldx, k, cols, static_cast<int8_t*>(q), static_cast<float*>(ds), s));
-    KITE_LAUNCH(launch_mmq(tid(w->type), wp, w_row, k, m, static_cast<const int8_t*>(q),
-                           static_cast<const float*>(ds), cols, dst, ldd, s));
+  if (!is_float(w->type) && (cols <= kMaxMmvCols || use_mmq(cols))) {  // int8 activations
+    KITE_ASSIGN_OR_RETURN(void* qp, dev.scratch(sc.q, static_cast<size_t>(k * cols), "int8 activation"));
+    KITE_ASSIGN_OR_RETURN(void* dsp, dev.scratch(sc.ds, static_cast<size_t>(k / 32 * cols) * 16, "activation scale"));
+    const auto* q = static_cast<const int8_t*>(qp);
+    const auto* ds = static_cast<const float*>(dsp);
+    KITE_LAUNCH(launch_quantize_act(xf, ldx, k, cols, static_cast<int8_t*>(qp), static_cast<float*>(dsp), s));
+    if (cols <= kMaxMmvCols)
+      KITE_LAUNCH(launch_mmvq(tid(w->type), wp, w_row, k, m, q, ds, static_cast<int>(cols), dst, ldd, s));
+    else
+      KITE_LAUNCH(launch_mmq(tid(w->type), wp, w_row, k, m, q, ds, cols, dst, ldd, s));
     return ok_status();
   }
 
