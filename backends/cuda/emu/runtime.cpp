@@ -272,13 +272,12 @@ bool run_block(Block& b, const std::function<void()>& body) {
   }
   t_block = &b;
   for (;;) {
-    bool ran = false, live = false;
+    bool live = false;
     for (Lane& l : b.lanes) {
       if (l.state != State::kReady) {
         live |= l.state != State::kDone;
         continue;
       }
-      ran = true;
       set_lane(&l);
       l.fiber = std::move(l.fiber).resume();
       live |= l.state != State::kDone;
@@ -291,7 +290,6 @@ bool run_block(Block& b, const std::function<void()>& body) {
       set_lane(nullptr);
       return false;
     }
-    (void)ran;
   }
   set_lane(nullptr);
   return true;
@@ -399,8 +397,6 @@ bool is_device_range(const void* p, size_t bytes) {
   return in_map(m.device, p, bytes);
 }
 
-void set_last_error(cudaError_t e) { t_last_error = e; }
-
 void clear_failure() {
   {
     std::lock_guard lock(g_streams_mu);
@@ -505,7 +501,6 @@ cudaError_t cudaGetLastError() {
   t_last_error = sticky();
   return e != cudaSuccess ? e : sticky();
 }
-cudaError_t cudaPeekAtLastError() { return t_last_error != cudaSuccess ? t_last_error : sticky(); }
 
 cudaError_t cudaGetDeviceCount(int* count) {
   *count = device_count();
@@ -628,13 +623,7 @@ cudaError_t cudaMemsetAsync(void* p, int value, size_t bytes, cudaStream_t s) {
   return enqueue(s, [p, value, bytes] { std::memset(p, value, bytes); });
 }
 
-cudaError_t cudaMemset(void* p, int value, size_t bytes) {
-  if (const cudaError_t e = cudaMemsetAsync(p, value, bytes, nullptr); e != cudaSuccess) return e;
-  flush(legacy_stream());
-  return synced();
-}
 
-cudaError_t cudaStreamCreate(cudaStream_t* s) { return cudaStreamCreateWithFlags(s, cudaStreamDefault); }
 
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned) {
   *s = new CUstream_st();

@@ -36,7 +36,6 @@ using cudaError_t = cudaError;
 const char* cudaGetErrorName(cudaError_t e);
 const char* cudaGetErrorString(cudaError_t e);
 cudaError_t cudaGetLastError();
-cudaError_t cudaPeekAtLastError();
 
 // ---- devices ------------------------------------------------------------------------------
 struct cudaDeviceProp {
@@ -77,11 +76,9 @@ cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes);
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind);
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t s = nullptr);
 cudaError_t cudaMemsetAsync(void* p, int value, size_t bytes, cudaStream_t s = nullptr);
-cudaError_t cudaMemset(void* p, int value, size_t bytes);
 
 // ---- streams and events -------------------------------------------------------------------
 enum : unsigned { cudaStreamDefault = 0, cudaStreamNonBlocking = 1 };
-cudaError_t cudaStreamCreate(cudaStream_t* s);
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned flags);
 cudaError_t cudaStreamDestroy(cudaStream_t s);
 cudaError_t cudaStreamSynchronize(cudaStream_t s);
@@ -121,8 +118,6 @@ namespace kite::cuda::emu {
 cudaError_t enqueue(cudaStream_t s, std::function<void()> work);
 // Whether [p, p + bytes) lies in one cudaMalloc'd allocation.
 bool is_device_range(const void* p, size_t bytes);
-// Makes the next cudaGetLastError return `e` (a launch's configuration error).
-void set_last_error(cudaError_t e);
 // A failure inside a kernel (a barrier not every thread reaches, ...): reported on stderr and
 // by the next synchronization as cudaErrorLaunchFailure (sticky, as on a GPU).
 void kernel_failed(const char* kernel, const char* what);
