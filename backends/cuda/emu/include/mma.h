@@ -12,11 +12,11 @@
 // - mma_sync(d, a, b, c, satf): d = a * b + c in 32-bit integers (wrapping; with satf, clamped);
 // - every call is warp-collective with the same arguments in every lane.
 //
-// Emulation: each lane's fragment holds the whole tile (element (i, j) at x[i * cols + j]), so
-// every lane computes the whole product; on a GPU the elements are spread over the lanes in an
-// unspecified way, so code must not read x[] by position (fill_fragment and elementwise use of
-// every x[] element, the same for each, are fine). Each call starts with __syncwarp() and a warp
-// exchange, which fail the kernel unless all 32 lanes of the warp take part; loads and stores
+// Emulation: each lane's fragment holds the whole tile (element (i, j) at x[i * cols + j]); lane
+// 0 computes a product and the warp's other lanes copy it. On a GPU the elements are spread over
+// the lanes in an unspecified way, so code must not read x[] by position (fill_fragment and
+// elementwise use of every x[] element, the same for each, are fine). Each call starts with a
+// full-warp exchange, which fails the kernel unless all 32 lanes take part; loads and stores
 // also check that the lanes passed the same pointer, stride and layout, that the pointer is
 // 256-bit aligned and the stride a multiple of 16 bytes (a violation fails the kernel, reported
 // on stderr, as undefined behaviour could on a GPU).
