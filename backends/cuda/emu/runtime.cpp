@@ -411,8 +411,9 @@ void clear_failure() {
 }
 
 void kernel_failed(const char* kernel, const char* what) {
-  std::fprintf(stderr, "cuda-emu: kernel %s failed: %s\n", kernel, what);
   std::lock_guard lock(g_sticky_mu);
+  // The first failure is the cause; the lanes that detect the same one after it stay quiet.
+  if (g_sticky == cudaSuccess) std::fprintf(stderr, "cuda-emu: kernel %s failed: %s\n", kernel, what);
   g_sticky = cudaErrorLaunchFailure;
 }
 

@@ -118,8 +118,8 @@ namespace kite::cuda::emu {
 cudaError_t enqueue(cudaStream_t s, std::function<void()> work);
 // Whether [p, p + bytes) lies in one cudaMalloc'd allocation.
 bool is_device_range(const void* p, size_t bytes);
-// A failure inside a kernel (a barrier not every thread reaches, ...): reported on stderr and
-// by the next synchronization as cudaErrorLaunchFailure (sticky, as on a GPU).
+// A failure inside a kernel (a barrier not every thread reaches, ...): the first one is reported
+// on stderr, and every later synchronization returns cudaErrorLaunchFailure (sticky, as on a GPU).
 void kernel_failed(const char* kernel, const char* what);
 // Forgets a kernel failure and the work queued behind it (for the emulator's own tests: on a
 // GPU the process would have to start over).
