@@ -16,7 +16,8 @@
 #      GB/s and % of step 2's bandwidth) and batched decode at 1, 16 and 64 sequences
 #   5. op conformance on CUDA: every op and weight type against the references (ops:*); then
 #      llama-1b Q4_K_M pp512 and batched decode 16/64 with KITE_CUDA_MMQ=1 and =0 (int8
-#      tensor-core matmul vs dequantize + cuBLAS: the data for mmq's column threshold)
+#      tensor-core matmul vs dequantize + cuBLAS: the data for mmq's column threshold), and a
+#      2048-token prefill with KITE_CUDA_ATTN_TC=1 and =0 (tensor-core vs CUDA-core attention)
 #   6. the same as 4 for llama-8b Q4_0 / Q8_0, then llama-1b and llama-3b x Q4_K_M / Q4_0 / Q8_0
 #   7. the other GPU tests: every GGUF file's perplexity against llama.cpp's, batch invariance
 #   8. CUDA graphs on (KITE_CUDA_GRAPHS=1; off by default): greedy + batch invariance, 1B decode
@@ -226,6 +227,12 @@ for m in $models; do
       KITE_CUDA_MMQ=$mmq run_step "llama-1b q4_K_M KITE_CUDA_MMQ=$mmq" 45 "$bin/kite" bench --device "$device" \
         --synthetic llama-1b --type q4_K_M -p 512 -n 0 -r 2 --json --and-parallel 16,64 --parallel-prompt 128 \
         --parallel-gen 32
+    done
+    # Prefill attention on tensor cores against the CUDA-core kernel (by default runs of 16+
+    # rows of one sequence take tensor cores): a 2048-token prompt, where attention weighs.
+    for tc in 1 0; do
+      KITE_CUDA_ATTN_TC=$tc run_step "llama-1b q4_K_M pp2048 KITE_CUDA_ATTN_TC=$tc" 40 "$bin/kite" bench \
+        --device "$device" --synthetic llama-1b --type q4_K_M -p 2048 -n 0 -r 2 --json
     done
   fi
   first=0

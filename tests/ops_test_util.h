@@ -6,9 +6,11 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <random>
 #include <set>
 #include <string>
@@ -115,6 +117,29 @@ inline std::vector<float> run_graph(Backend& be, Graph& g, Tensor* out, const st
 }
 
 // One way of running ops: a backend, and for the CPU a forced SIMD level.
+// Sets an environment variable (or unsets it, for nullptr) for the guard's lifetime: the CUDA
+// backend reads its routing knobs (KITE_CUDA_MMQ, KITE_CUDA_ATTN_TC) per call.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* v) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    set(v);
+  }
+  ~ScopedEnv() { set(old_ ? old_->c_str() : nullptr); }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  void set(const char* v) const {
+    if (v)
+      ::setenv(name_.c_str(), v, 1);
+    else
+      ::unsetenv(name_.c_str());
+  }
+  std::string name_;
+  std::optional<std::string> old_;
+};
+
 struct Config {
   std::string label;
   Backend* backend;

@@ -4,6 +4,7 @@
 // checked here with kernels written for the purpose.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -53,6 +54,22 @@ __global__ void split_barriers(float* out) {
 __global__ void add_one(float* x, int n) {
   const int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
   if (i < n) x[i] += 1.f;
+}
+
+// Block 0 returns before any barrier; the others sum through shared memory.
+__global__ void first_block_differs(const float* x, float* out) {
+  __shared__ float part[64];
+  if (blockIdx.x == 0) {
+    if (threadIdx.x == 0) out[0] = -1.f;
+    return;
+  }
+  part[threadIdx.x] = x[blockIdx.x * 64 + threadIdx.x];
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float s = 0.f;
+    for (int i = 0; i < 64; ++i) s += part[i];
+    out[blockIdx.x] = s;
+  }
 }
 
 template <class T>
@@ -130,6 +147,24 @@ TEST_CASE("cuda-emu: an exited lane in a shuffle, a barrier not all reach, a hos
   CHECK(cudaGetLastError() == cudaErrorInvalidValue);
   CHECK(cudaDeviceSynchronize() == cudaSuccess);
   cudaFree(d);
+}
+
+TEST_CASE("cuda-emu: a block reaching barriers after a first block that reached none runs with fibers") {
+  std::vector<float> x(64 * 5);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 7);
+  const float* dx = to_device(x);
+  float* d = device_alloc<float>(5);
+  KITE_KERNEL(5, 64, 0, nullptr, first_block_differs)(dx, d);
+  REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+  const std::vector<float> got = read_back(d, 5);
+  CHECK(got[0] == -1.f);
+  for (int b = 1; b < 5; ++b) {
+    float s = 0.f;
+    for (int i = 0; i < 64; ++i) s += x[static_cast<size_t>(b * 64 + i)];
+    CHECK(got[static_cast<size_t>(b)] == s);
+  }
+  CHECK(cudaFree(const_cast<float*>(dx)) == cudaSuccess);
+  CHECK(cudaFree(d) == cudaSuccess);
 }
 
 TEST_CASE("cuda-emu: stream work runs at synchronization, fresh memory is NaN, copies check their pointers") {
@@ -283,6 +318,62 @@ TEST_CASE("cuda-emu: wmma follows the programming guide's layouts (emu/include/m
   // Outside the tiles' stride gaps nothing was written.
   CHECK(d[16] == -1);
   CHECK(d2[8] == -1);
+}
+
+// d = a * b + c for half a (row major), b (column major) and float c; then each element of d
+// scaled by f[its row], the row learned from a fragment loaded from a matrix of row numbers.
+__global__ void wmma_half_probe(const __half* a, const __half* b, const float* c, const float* rows, const float* f,
+                                float* d, float* ds) {
+  namespace wmma = nvcuda::wmma;
+  wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> fa;
+  wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::col_major> fb;
+  wmma::fragment<wmma::accumulator, 16, 16, 16, float> fc, fr;
+  wmma::load_matrix_sync(fa, a, 16);
+  wmma::load_matrix_sync(fb, b, 16);
+  wmma::load_matrix_sync(fc, c, 16, wmma::mem_row_major);
+  wmma::mma_sync(fc, fa, fb, fc);
+  wmma::store_matrix_sync(d, fc, 16, wmma::mem_row_major);
+  wmma::load_matrix_sync(fr, rows, 16, wmma::mem_row_major);
+  for (int k = 0; k < fc.num_elements; ++k) fc.x[k] *= f[static_cast<int>(fr.x[k])];
+  wmma::store_matrix_sync(ds, fc, 16, wmma::mem_col_major);
+}
+
+TEST_CASE("cuda-emu: wmma with half inputs accumulates in float; per-row scaling through a row-number fragment") {
+  std::mt19937 g(9500);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  std::vector<__half> a(256), b(256);
+  std::vector<float> c(256), rows(256), f(16);
+  for (auto& v : a) v = __float2half(nd(g));
+  for (auto& v : b) v = __float2half(nd(g));
+  for (auto& v : c) v = nd(g);
+  for (int i = 0; i < 256; ++i) rows[static_cast<size_t>(i)] = static_cast<float>(i / 16);
+  for (int i = 0; i < 16; ++i) f[static_cast<size_t>(i)] = 0.5f + static_cast<float>(i);
+  const __half* da = to_device(a);
+  const __half* db = to_device(b);
+  const float* dc = to_device(c);
+  const float* dr = to_device(rows);
+  const float* df = to_device(f);
+  float* dd = device_alloc<float>(256);
+  float* dds = device_alloc<float>(256);
+  KITE_KERNEL(1, 32, 0, nullptr, wmma_half_probe)(da, db, dc, dr, df, dd, dds);
+  REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+  const std::vector<float> d = read_back(dd, 256), ds = read_back(dds, 256);
+  double worst = 0, worst_scaled = 0;
+  for (int i = 0; i < 16; ++i)
+    for (int j = 0; j < 16; ++j) {
+      double s = c[static_cast<size_t>(i * 16 + j)];
+      for (int e = 0; e < 16; ++e)
+        s += static_cast<double>(__half2float(a[static_cast<size_t>(i * 16 + e)])) *
+             __half2float(b[static_cast<size_t>(j * 16 + e)]);
+      worst = std::max(worst, std::abs(d[static_cast<size_t>(i * 16 + j)] - s));
+      worst_scaled = std::max(worst_scaled, std::abs(ds[static_cast<size_t>(j * 16 + i)] - s * f[static_cast<size_t>(i)]));
+    }
+  CHECK(worst < 1e-4);
+  CHECK(worst_scaled < 2e-3);
+  for (const void* p : {static_cast<const void*>(da), static_cast<const void*>(db), static_cast<const void*>(dc),
+                        static_cast<const void*>(dr), static_cast<const void*>(df), static_cast<const void*>(dd),
+                        static_cast<const void*>(dds)})
+    CHECK(cudaFree(const_cast<void*>(p)) == cudaSuccess);
 }
 
 TEST_CASE("cuda-emu: wmma fails the kernel on a misaligned pointer, a bad stride, a partial or split warp") {

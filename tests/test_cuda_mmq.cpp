@@ -8,7 +8,6 @@
 
 #include <algorithm>
 #include <cstdlib>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -38,24 +37,9 @@ std::unique_ptr<Backend> cuda_or_skip() {
 }
 
 // Sets KITE_CUDA_MMQ (or unsets it, for nullptr) for the guard's lifetime.
-class MmqEnv {
+class MmqEnv : public ScopedEnv {
  public:
-  explicit MmqEnv(const char* v) {
-    if (const char* old = std::getenv("KITE_CUDA_MMQ")) old_ = old;
-    set(v);
-  }
-  ~MmqEnv() { set(old_ ? old_->c_str() : nullptr); }
-  MmqEnv(const MmqEnv&) = delete;
-  MmqEnv& operator=(const MmqEnv&) = delete;
-
- private:
-  static void set(const char* v) {
-    if (v)
-      ::setenv("KITE_CUDA_MMQ", v, 1);
-    else
-      ::unsetenv("KITE_CUDA_MMQ");
-  }
-  std::optional<std::string> old_;
+  explicit MmqEnv(const char* v) : ScopedEnv("KITE_CUDA_MMQ", v) {}
 };
 
 // W [k, m] of type t times x [k, n] (n rows of k floats) on `be`: [m, n].

@@ -140,38 +140,61 @@ std::vector<float> run_paged_attention(Backend& be, const PagedBatch& b, DType k
                     {tt, bytes_of_i32(b.table)}});
 }
 
-// Runs the batch with caches of kt/vt through every config and checks it against the double
-// reference on the decoded caches (with the new rows as the reference quantizer stores them).
-// Returns the worst NMSE seen.
-double check_paged_attention(const PagedBatch& b, DType kt, DType vt, uint32_t seed) {
+// Random queries, caches of kt/vt and new K/V rows for batch b, with the double reference on the
+// decoded caches (with the new rows as the reference quantizer stores them).
+struct AttentionCase {
+  std::vector<float> q, knew, vnew;
+  std::vector<uint8_t> kb, vb;
+  std::vector<double> ref;
+  float scale;
+};
+
+AttentionCase make_case(const PagedBatch& b, DType kt, DType vt, uint32_t seed) {
   const int64_t row = b.hd * b.nkv, nt = b.n_tok();
-  const float scale = 1.f / std::sqrt(static_cast<float>(b.hd));
-  const std::vector<float> q = randn(static_cast<size_t>(b.hd * b.nh * nt), seed);
+  AttentionCase c;
+  c.scale = 1.f / std::sqrt(static_cast<float>(b.hd));
+  c.q = randn(static_cast<size_t>(b.hd * b.nh * nt), seed);
   const std::vector<float> kf = randn(static_cast<size_t>(row * b.nslots), seed + 1);
   const std::vector<float> vf = randn(static_cast<size_t>(row * b.nslots), seed + 2);
-  const std::vector<float> knew = randn(static_cast<size_t>(row * nt), seed + 3);
-  const std::vector<float> vnew = randn(static_cast<size_t>(row * nt), seed + 4);
-  const std::vector<uint8_t> kb = encode(kt, kf, b.nslots, row), vb = encode(vt, vf, b.nslots, row);
-  std::vector<float> kd = decode(kt, kb, row * b.nslots), vd = decode(vt, vb, row * b.nslots);
-  const std::vector<float> knd = decode(kt, encode(kt, knew, nt, row), row * nt);
-  const std::vector<float> vnd = decode(vt, encode(vt, vnew, nt, row), row * nt);
+  c.knew = randn(static_cast<size_t>(row * nt), seed + 3);
+  c.vnew = randn(static_cast<size_t>(row * nt), seed + 4);
+  c.kb = encode(kt, kf, b.nslots, row);
+  c.vb = encode(vt, vf, b.nslots, row);
+  std::vector<float> kd = decode(kt, c.kb, row * b.nslots), vd = decode(vt, c.vb, row * b.nslots);
+  const std::vector<float> knd = decode(kt, encode(kt, c.knew, nt, row), row * nt);
+  const std::vector<float> vnd = decode(vt, encode(vt, c.vnew, nt, row), row * nt);
   for (int64_t t = 0; t < nt; ++t) {
     std::copy_n(knd.begin() + t * row, row, kd.begin() + b.slots[t] * row);
     std::copy_n(vnd.begin() + t * row, row, vd.begin() + b.slots[t] * row);
   }
-  const std::vector<double> ref = attention_ref(b, q, kd, vd, scale);
+  c.ref = attention_ref(b, c.q, kd, vd, c.scale);
+  return c;
+}
+
+// Runs the batch with caches of kt/vt through every config and checks it against the double
+// reference. Returns the worst NMSE seen.
+double check_paged_attention(const PagedBatch& b, DType kt, DType vt, uint32_t seed) {
+  const AttentionCase ac = make_case(b, kt, vt, seed);
   // Every path computes in f32 from the decoded cache values (Q8_0 rows are dequantized, the
   // queries are not quantized), so all of them are close to exact.
   double worst = 0;
   for_each_config([&](const Config& c) {
-    const std::vector<float> got = run_paged_attention(*c.backend, b, kt, vt, q, kb, vb, knew, vnew, scale);
-    const double e = nmse(got, ref);
+    const std::vector<float> got = run_paged_attention(*c.backend, b, kt, vt, ac.q, ac.kb, ac.vb, ac.knew, ac.vnew, ac.scale);
+    const double e = nmse(got, ac.ref);
     INFO("attention on ", c.label, " k ", quant::find_traits(kt)->name, " v ", quant::find_traits(vt)->name,
-         " hd=", b.hd, " nh=", b.nh, " nkv=", b.nkv, " n_tok=", nt);
+         " hd=", b.hd, " nh=", b.nh, " nkv=", b.nkv, " n_tok=", b.n_tok());
     CHECK(e < 1e-10);
     worst = std::max(worst, e);
   });
   return worst;
+}
+
+// Rows `rows` (each `width` elements) of v.
+template <class T>
+std::vector<T> pick_rows(const std::vector<T>& v, const std::vector<int64_t>& rows, int64_t width) {
+  std::vector<T> out;
+  for (int64_t r : rows) out.insert(out.end(), v.begin() + r * width, v.begin() + (r + 1) * width);
+  return out;
 }
 
 TEST_CASE("ops: kv_write into a Q8_0 cache") {
@@ -258,6 +281,82 @@ TEST_CASE("ops: attention of one long sequence spread over threads, batch-indepe
       CHECK(std::memcmp(one.data(), many.data(), one.size() * sizeof(float)) == 0);
     });
   }
+}
+
+TEST_CASE("ops: attention on CUDA tensor cores: prefill runs, decode rows, chunks, batch-independent rows") {
+  // KITE_CUDA_ATTN_TC=1 sends every batch to the tensor-core kernel (other backends ignore it).
+  // Queries and probabilities are rounded to half there, so the bound is half precision's; the
+  // error must also exceed the CUDA-core kernel's (< 1e-10), or the tensor cores did not run.
+  const ScopedEnv env("KITE_CUDA_ATTN_TC", "1");
+  struct Shape {
+    int64_t hd, nh, nkv;
+    std::vector<std::pair<int, int>> seqs;
+  };
+  // Prefill from 0; a decode token with two chunks; a short run; a run crossing the 512-key chunk
+  // boundary; GQA groups 4, 6 and 1 (64 tokens per block: the 70-token run spans two blocks).
+  const Shape shapes[] = {{64, 8, 2, {{0, 40}, {700, 1}, {20, 5}, {1100, 1}, {500, 30}}},
+                          {128, 12, 2, {{3, 2}, {600, 20}, {40, 1}}},
+                          {64, 4, 4, {{5, 70}, {30, 1}}}};
+  const std::pair<DType, DType> types[] = {{DType::F16, DType::F16}, {DType::Q8_0, DType::Q8_0}, {DType::F16, DType::Q8_0}};
+  uint32_t seed = 300;
+  for (const Shape& sh : shapes)
+    for (auto [kt, vt] : types) {
+      const PagedBatch b = make_batch(sh.hd, sh.nh, sh.nkv, sh.seqs, seed);
+      const AttentionCase ac = make_case(b, kt, vt, seed += 10);
+      const int64_t row = b.hd * b.nkv, qrow = b.hd * b.nh;
+      for_each_config([&](const Config& c) {
+        if (c.label != "cuda") return;
+        INFO("k ", quant::find_traits(kt)->name, " v ", quant::find_traits(vt)->name, " hd=", b.hd, " nh=", b.nh,
+             " nkv=", b.nkv, " n_tok=", b.n_tok());
+        const std::vector<float> got =
+            run_paged_attention(*c.backend, b, kt, vt, ac.q, ac.kb, ac.vb, ac.knew, ac.vnew, ac.scale);
+        const double e = nmse(got, ac.ref);
+        CHECK(e < 2e-6);
+        CHECK(e > 1e-10);
+        // Each sequence's rows run alone (the same cache and table) give the same bits: a row's
+        // result does not depend on the rows sharing its tile or block.
+        for (int32_t s = 0; s < static_cast<int32_t>(sh.seqs.size()); ++s) {
+          std::vector<int64_t> rows;
+          for (int64_t t = 0; t < b.n_tok(); ++t)
+            if (b.seq[t] == s) rows.push_back(t);
+          PagedBatch one = b;
+          one.pos = pick_rows(b.pos, rows, 1);
+          one.seq = pick_rows(b.seq, rows, 1);
+          one.slots = pick_rows(b.slots, rows, 1);
+          const std::vector<float> alone =
+              run_paged_attention(*c.backend, one, kt, vt, pick_rows(ac.q, rows, qrow), ac.kb, ac.vb,
+                                  pick_rows(ac.knew, rows, row), pick_rows(ac.vnew, rows, row), ac.scale);
+          const std::vector<float> mixed = pick_rows(got, rows, qrow);
+          INFO("sequence ", s);
+          CHECK(std::memcmp(alone.data(), mixed.data(), alone.size() * sizeof(float)) == 0);
+        }
+      });
+    }
+}
+
+TEST_CASE("ops: attention on CUDA: prefill runs take tensor cores, decode rows the CUDA-core kernel") {
+  // By default a sequence with 16 or more consecutive rows in the batch takes the tensor-core
+  // kernel, rows of shorter runs the CUDA-core one: each row's bits equal those of the path it
+  // was routed to when that path is forced for the whole batch.
+  const PagedBatch b = make_batch(64, 8, 2, {{0, 40}, {700, 1}, {20, 5}, {1100, 1}, {500, 30}}, 400);
+  const AttentionCase ac = make_case(b, DType::F16, DType::F16, 401);
+  const int64_t qrow = b.hd * b.nh;
+  for_each_config([&](const Config& c) {
+    if (c.label != "cuda") return;
+    auto run = [&](const char* tc) {
+      const ScopedEnv env("KITE_CUDA_ATTN_TC", tc);
+      return run_paged_attention(*c.backend, b, DType::F16, DType::F16, ac.q, ac.kb, ac.vb, ac.knew, ac.vnew, ac.scale);
+    };
+    const std::vector<float> mixed = run(nullptr), tc = run("1"), cores = run("0");
+    CHECK(nmse(mixed, ac.ref) < 2e-6);
+    for (int64_t t = 0; t < b.n_tok(); ++t) {
+      const bool long_run = b.seq[t] == 0 || b.seq[t] == 4;
+      const std::vector<float>& want = long_run ? tc : cores;
+      INFO("row ", t, " of sequence ", b.seq[t]);
+      CHECK(std::memcmp(mixed.data() + t * qrow, want.data() + t * qrow, qrow * sizeof(float)) == 0);
+    }
+    CHECK(tc != cores);
+  });
 }
 
 }  // namespace

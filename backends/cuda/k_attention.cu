@@ -1,73 +1,38 @@
-// Attention over the paged KV cache (semantics: backends/cpu/ops_attention.cpp).
+// Attention over the paged KV cache (semantics: backends/cpu/ops_attention.cpp), on CUDA cores.
 //
 // A token's keys 0..pos are cut into chunks at fixed boundaries that depend only on the token's
-// own length (kChunk keys; longer contexts use multiples of kChunk so there are at most
-// kMaxChunks). One block computes one (chunk, KV head, token): the query heads of the KV head's
-// GQA group are scored against the chunk's keys tile by tile with an online softmax, reading K/V
-// rows through the block table. A token with one chunk writes its output directly; a longer one
-// (flash-decoding) writes partials (max, sum, unnormalized output) that a second kernel merges in
-// chunk order. Decode and prefill rows take the same path, so a token's result never depends on
-// what else is in the batch.
-#include <cuda_fp16.h>
-
+// own length (token_split, attention.cuh). One block computes one (chunk, KV head, token): the
+// query heads of the KV head's GQA group are scored against the chunk's keys tile by tile with an
+// online softmax, reading K/V rows through the block table. A token with one chunk writes its
+// output directly; a longer one (flash-decoding) writes partials (max, sum, unnormalized output)
+// that a second kernel merges in chunk order.
+//
+// Rows of a sequence with a long run of rows in the batch (prefill chunks) are the tensor-core
+// kernel's (k_attention_tc.cu, AttentionArgs::tc_min_run) and return here at once; the rest
+// (decode) are this kernel's. Either way a row's path and result depend on its own sequence's
+// rows only, never on what else is in the batch.
 #include <cmath>
 
-#include "backends/cuda/kernels.h"
+#include "backends/cuda/attention.cuh"
 #include "backends/cuda/launch.cuh"
-#include "backends/cuda/quant.cuh"
 #include "backends/cuda/warp.cuh"
 
 namespace kite::cuda {
 namespace {
 
-constexpr int kChunk = 512;     // keys per chunk (the unit of the split)
-constexpr int kMaxChunks = 32;  // chunks per token at most
 constexpr int kTile = 64;       // keys scored per pass
 constexpr int kThreads = 128;
 constexpr int kMaxGroup = 16;
 constexpr int kMaxHd = 256;
-
-// Element d of a K/V head slice of type `type` (F32, F16, BF16 or Q8_0).
-__device__ __forceinline__ float kv_elem(int type, const uint8_t* row, int d) {
-  if (type == kQ8_0) {
-    const uint8_t* b = row + (d / 32) * sizeof(quant::BlockQ8_0);
-    return static_cast<float>(static_cast<int8_t>(b[2 + d % 32])) * ld_half(b);
-  }
-  return load_float(type, row, d);
-}
-
-__host__ __device__ inline size_t head_bytes(int type, int hd) {
-  if (type == kQ8_0) return static_cast<size_t>(hd / 32) * sizeof(quant::BlockQ8_0);
-  return static_cast<size_t>(hd) * (type == kF32 ? 4 : 2);
-}
-
-// Keys of the token, its chunk length and chunk count (a function of its own length only).
-struct TokenSplit {
-  int nk, chunk, n_chunks;
-};
-
-__device__ __forceinline__ TokenSplit token_split(const AttentionArgs& a, int t) {
-  TokenSplit s;
-  s.nk = a.pos[t] + 1;
-  const int cap = a.max_blocks * a.block_size;
-  if (s.nk > cap) s.nk = cap;  // positions beyond the table: never read past it
-  if (s.nk < 1) s.nk = 1;
-  const int raw = (s.nk + kChunk - 1) / kChunk;
-  const int mult = (raw + kMaxChunks - 1) / kMaxChunks;
-  s.chunk = kChunk * mult;
-  s.n_chunks = (s.nk + s.chunk - 1) / s.chunk;
-  if (s.n_chunks > a.max_chunks) s.n_chunks = a.max_chunks;  // grid bound (max_ctx from the table)
-  return s;
-}
 
 __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionArgs a) {
   KITE_DYNAMIC_SHARED(float, sm);
   const int G = a.group, hd = a.hd;
   const int t = blockIdx.x, g = blockIdx.y, c = blockIdx.z;
   const TokenSplit sp = token_split(a, t);
-  if (c >= sp.n_chunks) return;
-  const int j0 = c * sp.chunk;
-  const int j1 = c == sp.n_chunks - 1 ? sp.nk : min(sp.nk, j0 + sp.chunk);
+  if (c >= sp.n_chunks || tc_row(a, t)) return;
+  int j0, j1;
+  chunk_keys(sp, c, j0, j1);
 
   float* qs = sm;                   // [G][hd]
   float* acc = qs + G * hd;         // [G][hd]
@@ -92,7 +57,7 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionArgs a) {
     ls[h] = 0.f;
   }
   const int32_t* blocks = a.table + static_cast<int64_t>(a.seq[t]) * a.max_blocks;
-  const size_t k_head = head_bytes(a.k_type, hd), v_head = head_bytes(a.v_type, hd);
+  const size_t k_head = kv_head_bytes(a.k_type, hd), v_head = kv_head_bytes(a.v_type, hd);
   __syncthreads();
 
   for (int tile0 = j0; tile0 < j1; tile0 += kTile) {
@@ -207,8 +172,8 @@ size_t shared_bytes(int group, int hd) {
 }  // namespace
 
 int attention_max_chunks(int64_t max_ctx) {
-  const int64_t raw = (max_ctx + kChunk - 1) / kChunk;
-  return static_cast<int>(raw < 1 ? 1 : (raw > kMaxChunks ? kMaxChunks : raw));
+  const int64_t raw = (max_ctx + kAttnChunk - 1) / kAttnChunk;
+  return static_cast<int>(raw < 1 ? 1 : (raw > kAttnMaxChunks ? kAttnMaxChunks : raw));
 }
 
 size_t attention_partial_floats(int n_tok, int n_head, int hd, int max_chunks) {
@@ -223,9 +188,15 @@ bool attention_shape_ok(int hd, int group) {
 cudaError_t launch_attention(const AttentionArgs& a, cudaStream_t s) {
   if (a.n_tok == 0) return cudaSuccess;
   if (!attention_shape_ok(a.hd, a.group)) return cudaErrorInvalidValue;
-  const dim3 grid(static_cast<unsigned>(a.n_tok), static_cast<unsigned>(a.n_kv), static_cast<unsigned>(a.max_chunks));
-  KITE_KERNEL(grid, kThreads, shared_bytes(a.group, a.hd), s, attention_kernel)(a);
-  if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+  if (a.tc_min_run > 0) {
+    if (const cudaError_t e = launch_attention_tc_pass(a, s); e != cudaSuccess) return e;
+  }
+  if (a.tc_min_run != 1) {  // (with 1, every row is the tensor-core kernel's)
+    const dim3 grid(static_cast<unsigned>(a.n_tok), static_cast<unsigned>(a.n_kv),
+                    static_cast<unsigned>(a.max_chunks));
+    KITE_KERNEL(grid, kThreads, shared_bytes(a.group, a.hd), s, attention_kernel)(a);
+    if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+  }
   if (a.max_chunks > 1) {
     const dim3 mgrid(static_cast<unsigned>(a.n_tok), static_cast<unsigned>(a.n_kv * a.group));
     KITE_KERNEL(mgrid, 128, 0, s, attention_merge_kernel)(a);

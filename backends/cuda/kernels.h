@@ -115,11 +115,20 @@ struct AttentionArgs {
   float* out = nullptr;      // [hd * n_head, n_tok] contiguous
   float* part = nullptr;     // partials: [n_tok][n_head][max_chunks][hd + 2]
   int max_chunks = 1;        // grid width; see attention_max_chunks()
+  // Rows whose sequence has at least this many consecutive rows in the batch (prefill chunks)
+  // take the tensor-core kernel, the others (decode) the CUDA-core one; 0: all the CUDA-core
+  // one. A row's path thus depends on its own sequence's rows only.
+  int tc_min_run = 0;
 };
 // Chunks a token's keys may be split into, for a context of at most `max_ctx` positions.
 int attention_max_chunks(int64_t max_ctx);
 size_t attention_partial_floats(int n_tok, int n_head, int hd, int max_chunks);
 bool attention_shape_ok(int hd, int group);
+// Whether the tensor-core kernel (k_attention_tc.cu) takes these arguments (tc_min_run > 0 is
+// allowed): head size 64 or 128, F16 or Q8_0 caches.
+bool attention_tc_ok(const AttentionArgs& a);
+// The CUDA-core kernel (every shape attention_shape_ok takes) and, with tc_min_run > 0, the
+// tensor-core one, each for its rows; then the merge of split tokens.
 cudaError_t launch_attention(const AttentionArgs& a, cudaStream_t s);
 
 // ---- bandwidth (k_bandwidth.cu) -----------------------------------------------------------

@@ -7,6 +7,9 @@
 // take the int8 tensor-core kernel (launch_mmq); more columns dequantize the weights chunk by
 // chunk into scratch and call cuBLAS: F16 x F16 -> F32 (tensor cores) for quantized weights, f32
 // SGEMM for float weights (their results must match the CPU's f32 math closely).
+//
+// attention: rows of prefill chunks (a sequence's run of kAttentionTcMinRun+ rows) on tensor
+// cores where the shape allows (k_attention_tc.cu), decode rows on the CUDA-core kernel.
 #include <algorithm>
 #include <cstdlib>
 
@@ -65,6 +68,22 @@ bool use_mmq(int64_t cols) {
   if (env != nullptr && env[0] == '0' && env[1] == '\0') return false;
   if (env != nullptr && env[0] == '1' && env[1] == '\0') return true;
   return cols <= kMmqMaxCols;
+}
+
+// Rows of a sequence with at least this many consecutive rows in the batch (a prefill chunk)
+// take the tensor-core attention kernel where it applies (attention_tc_ok); the others (decode,
+// short drafts) the CUDA-core kernel, whose blocks spread one token's keys over four warps. 16 is
+// a guess until measured on a GPU.
+constexpr int kAttentionTcMinRun = 16;
+
+// AttentionArgs::tc_min_run. KITE_CUDA_ATTN_TC=0: never the tensor-core kernel; =1: every row
+// (where it applies; read per call, so tests can switch it).
+int attention_tc_min_run(const AttentionArgs& a) {
+  if (!attention_tc_ok(a)) return 0;
+  const char* env = std::getenv("KITE_CUDA_ATTN_TC");
+  if (env != nullptr && env[0] == '0' && env[1] == '\0') return 0;
+  if (env != nullptr && env[0] == '1' && env[1] == '\0') return 1;
+  return a.n_tok >= kAttentionTcMinRun ? kAttentionTcMinRun : 0;
 }
 
 Status mul_mat(Device& dev, OpScratch& sc, Tensor* n) {
@@ -176,6 +195,7 @@ Status attention(Device& dev, OpScratch& sc, Tensor* n) {
     KITE_ASSIGN_OR_RETURN(void* p, dev.scratch(sc.part, part * sizeof(float), "attention"));
     a.part = static_cast<float*>(p);
   }
+  a.tc_min_run = attention_tc_min_run(a);
   KITE_LAUNCH(launch_attention(a, dev.stream()));
   return ok_status();
 }

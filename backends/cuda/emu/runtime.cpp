@@ -295,27 +295,36 @@ bool run_block(Block& b, const std::function<void()>& body) {
   return true;
 }
 
+// How a block run without fibers ended.
+enum class Direct { kDone, kRestart, kFailed };
+
 // A block of a kernel whose first block reached no barrier: its threads run one after another
-// as plain calls (no fiber to create and switch to: several times faster). A barrier reached
-// here after all (a kernel whose barriers depend on the block) fails the kernel, loudly.
-bool run_direct(Block& b, const std::function<void()>& body) {
+// as plain calls (no fiber to create and switch to: several times faster). If the block's first
+// thread reaches a barrier (blocks that differ: the first one returned early), the block is run
+// again with fibers: no other thread of it has run, and the first one redoes what it did before
+// its first barrier (kernels write shared memory there, not global memory). A barrier reached by
+// a later thread, after earlier ones finished without one, fails the kernel, loudly.
+Direct run_direct(Block& b, const std::function<void()>& body) {
   t_block = &b;
   b.direct = true;
-  bool ok = true;
+  Direct how = Direct::kDone;
   for (Lane& l : b.lanes) {
     set_lane(&l);
     try {
       body();
     } catch (const DirectBarrier&) {
-      kernel_failed(b.kernel, "a barrier reached in a later block though the first block reached none "
-                              "(the emulator then runs blocks without fibers)");
-      ok = false;
+      if (&l == &b.lanes.front()) {
+        how = Direct::kRestart;
+        break;
+      }
+      kernel_failed(b.kernel, "a thread reached a barrier after the block's earlier threads exited without one");
+      how = Direct::kFailed;
       break;
     }
   }
   b.direct = false;
   set_lane(nullptr);
-  return ok;
+  return how;
 }
 
 std::string dims(dim3 d) { return std::to_string(d.x) + "x" + std::to_string(d.y) + "x" + std::to_string(d.z); }
@@ -376,7 +385,8 @@ cudaError_t launch(dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t s, c
                 l.warp = static_cast<int>(t / 32);
               }
           const bool first = bx == 0 && by == 0 && bz == 0;
-          if (!(first || b.barriers > 0 ? run_block(b, body) : run_direct(b, body))) return;
+          const Direct how = first || b.barriers > 0 ? Direct::kRestart : run_direct(b, body);
+          if (how == Direct::kFailed || (how == Direct::kRestart && !run_block(b, body))) return;
         }
   });
 }

@@ -1,6 +1,6 @@
 // The CUDA emulator's stand-in for the toolkit header of this name (backends/cuda/emu): the
-// warp matrix functions (nvcuda::wmma) for 8-bit integer inputs and int accumulators, the part
-// kite's kernels use (sm_72+ on a GPU).
+// warp matrix functions (nvcuda::wmma) for 8-bit integer inputs with int accumulators (sm_72+ on
+// a GPU) and half inputs with float accumulators (sm_70+), the parts kite's kernels use.
 //
 // Semantics are the CUDA programming guide's ("Warp Matrix Functions"):
 // - a fragment is a warp's share of an M x K (matrix_a), K x N (matrix_b) or M x N (accumulator)
@@ -9,13 +9,17 @@
 //   (row major) or mptr[j * ldm + i] (column major); mptr 256-bit aligned, ldm a multiple of 16
 //   bytes; matrix_a/matrix_b take their layout from the fragment type, the accumulator from the
 //   call's layout_t;
-// - mma_sync(d, a, b, c, satf): d = a * b + c in 32-bit integers (wrapping; with satf, clamped);
+// - mma_sync(d, a, b, c, satf): d = a * b + c in 32-bit integers (wrapping; with satf, clamped)
+//   for 8-bit inputs; for half inputs, float products (exact) summed into c in float, k in order
+//   (a GPU's tensor cores round the sum their own way: results agree to float rounding);
 // - every call is warp-collective with the same arguments in every lane.
 //
 // Emulation: each lane's fragment holds the whole tile (element (i, j) at x[i * cols + j]); lane
 // 0 computes a product and the warp's other lanes copy it. On a GPU the elements are spread over
 // the lanes in an unspecified way, so code must not read x[] by position (fill_fragment and
-// elementwise use of every x[] element, the same for each, are fine). Each call starts with a
+// elementwise use of every x[] element are fine, including scaling x[k] by a factor that depends
+// on the row of x[k], learned from a fragment loaded from a matrix of row numbers: the mapping is
+// the same for every fragment of one type). Each call starts with a
 // full-warp exchange, which fails the kernel unless all 32 lanes take part; loads and stores
 // also check that the lanes passed the same pointer, stride and layout, that the pointer is
 // 256-bit aligned and the stride a multiple of 16 bytes (a violation fails the kernel, reported
@@ -63,6 +67,12 @@ struct Tile<accumulator, M, N, K> {
 
 template <class T>
 inline constexpr bool kInt8 = std::is_same_v<T, signed char> || std::is_same_v<T, unsigned char>;
+template <class T>
+inline constexpr bool kInput = kInt8<T> || std::is_same_v<T, __half>;
+template <class T>
+inline constexpr bool kAccum = std::is_same_v<T, int> || std::is_same_v<T, float>;
+
+inline float to_float(__half h) { return __half2float(h); }
 
 // Fails the running kernel (reported on stderr; later synchronizations return an error).
 inline void fail(const char* op, const std::string& what) {
@@ -97,10 +107,10 @@ template <class Use, int M, int N, int K, class T, class Layout = void>
 class fragment {
   static_assert(detail::kShapeOk<M, N, K>, "wmma (emulated): shapes are m16n16k16, m32n8k16, m8n32k16");
   static_assert(std::is_same_v<Use, accumulator>
-                    ? std::is_same_v<T, int> && std::is_void_v<Layout>
-                    : detail::kInt8<T> && (std::is_same_v<Layout, row_major> || std::is_same_v<Layout, col_major>),
-                "wmma (emulated): signed/unsigned char matrix_a/matrix_b with a row_major/col_major layout, "
-                "int accumulators without one");
+                    ? detail::kAccum<T> && std::is_void_v<Layout>
+                    : detail::kInput<T> && (std::is_same_v<Layout, row_major> || std::is_same_v<Layout, col_major>),
+                "wmma (emulated): signed/unsigned char or half matrix_a/matrix_b with a row_major/col_major "
+                "layout, int or float accumulators without one");
 
  public:
   using element_type = T;
@@ -128,52 +138,62 @@ inline void load_matrix_sync(fragment<Use, M, N, K, T, Layout>& a, const T* mptr
       a.x[i * F::kCols + j] = kRow ? mptr[static_cast<size_t>(i) * ldm + j] : mptr[static_cast<size_t>(j) * ldm + i];
 }
 
-template <int M, int N, int K>
-inline void load_matrix_sync(fragment<accumulator, M, N, K, int>& a, const int* mptr, unsigned ldm, layout_t layout) {
-  detail::enter("load_matrix_sync", mptr, ldm, layout, sizeof(int));
+template <int M, int N, int K, class T>
+inline void load_matrix_sync(fragment<accumulator, M, N, K, T>& a, const T* mptr, unsigned ldm, layout_t layout) {
+  detail::enter("load_matrix_sync", mptr, ldm, layout, sizeof(T));
   for (int i = 0; i < M; ++i)
     for (int j = 0; j < N; ++j)
       a.x[i * N + j] =
           layout == mem_row_major ? mptr[static_cast<size_t>(i) * ldm + j] : mptr[static_cast<size_t>(j) * ldm + i];
 }
 
-template <int M, int N, int K>
-inline void store_matrix_sync(int* mptr, const fragment<accumulator, M, N, K, int>& a, unsigned ldm, layout_t layout) {
-  detail::enter("store_matrix_sync", mptr, ldm, layout, sizeof(int));
+template <int M, int N, int K, class T>
+inline void store_matrix_sync(T* mptr, const fragment<accumulator, M, N, K, T>& a, unsigned ldm, layout_t layout) {
+  detail::enter("store_matrix_sync", mptr, ldm, layout, sizeof(T));
   for (int i = 0; i < M; ++i)
     for (int j = 0; j < N; ++j) {
-      int& e =
+      T& e =
           layout == mem_row_major ? mptr[static_cast<size_t>(i) * ldm + j] : mptr[static_cast<size_t>(j) * ldm + i];
       e = a.x[i * N + j];
     }
 }
 
-// d = a * b + c, 32-bit integer arithmetic: wrapping, or with satf clamped to the int range.
-template <int M, int N, int K, class TA, class LA, class TB, class LB>
-inline void mma_sync(fragment<accumulator, M, N, K, int>& d, const fragment<matrix_a, M, N, K, TA, LA>& a,
-                     const fragment<matrix_b, M, N, K, TB, LB>& b, const fragment<accumulator, M, N, K, int>& c,
+// d = a * b + c: 32-bit integer arithmetic for 8-bit inputs (wrapping, or with satf clamped to
+// the int range); float for half inputs.
+template <int M, int N, int K, class TD, class TA, class LA, class TB, class LB>
+inline void mma_sync(fragment<accumulator, M, N, K, TD>& d, const fragment<matrix_a, M, N, K, TA, LA>& a,
+                     const fragment<matrix_b, M, N, K, TB, LB>& b, const fragment<accumulator, M, N, K, TD>& c,
                      bool satf = false) {
-  static_assert(std::is_same_v<TA, TB>, "wmma (emulated): matrix_a and matrix_b of one 8-bit type");
+  constexpr bool kHalf = std::is_same_v<TA, __half>;
+  static_assert(std::is_same_v<TA, TB>, "wmma (emulated): matrix_a and matrix_b of one input type");
+  static_assert(kHalf ? std::is_same_v<TD, float> : std::is_same_v<TD, int>,
+                "wmma (emulated): half inputs accumulate in float, 8-bit inputs in int");
   detail::all_lanes();
   // Every lane holds the same fragments (the loads check the lanes' arguments agree), so lane 0
   // computes the product once for its warp and the other lanes copy it: after a warp barrier the
   // scheduler resumes the warp's lanes in order, lane 0 first. (A block runs at a time, so a
   // function static indexed by warp is the block's.)
-  static int shared_out[32][M * N];
+  static TD shared_out[32][M * N];
   namespace emu = ::kite::cuda::emu;
   const auto& id = emu::ids();
   const unsigned warp = (id.thread_idx.x + id.block_dim.x * (id.thread_idx.y + id.block_dim.y * id.thread_idx.z)) / 32;
-  int* out = shared_out[warp];  // (d may be c)
+  TD* out = shared_out[warp];  // (d may be c)
   if (emu::lane_id() != 0) {
     for (int i = 0; i < M * N; ++i) d.x[i] = out[i];
     return;
   }
   for (int i = 0; i < M; ++i)
     for (int j = 0; j < N; ++j) {
-      int64_t s = c.x[i * N + j];
-      for (int e = 0; e < K; ++e) s += static_cast<int64_t>(a.x[i * K + e]) * static_cast<int64_t>(b.x[e * N + j]);
-      if (satf) s = s < INT_MIN ? INT_MIN : (s > INT_MAX ? INT_MAX : s);
-      out[i * N + j] = static_cast<int>(static_cast<uint32_t>(static_cast<uint64_t>(s)));
+      if constexpr (kHalf) {
+        float s = c.x[i * N + j];
+        for (int e = 0; e < K; ++e) s += detail::to_float(a.x[i * K + e]) * detail::to_float(b.x[e * N + j]);
+        out[i * N + j] = s;
+      } else {
+        int64_t s = c.x[i * N + j];
+        for (int e = 0; e < K; ++e) s += static_cast<int64_t>(a.x[i * K + e]) * static_cast<int64_t>(b.x[e * N + j]);
+        if (satf) s = s < INT_MIN ? INT_MIN : (s > INT_MAX ? INT_MAX : s);
+        out[i * N + j] = static_cast<int>(static_cast<uint32_t>(static_cast<uint64_t>(s)));
+      }
     }
   for (int i = 0; i < M * N; ++i) d.x[i] = out[i];
 }
