@@ -5,6 +5,10 @@
 #ifdef KITE_CUDA
 #include "backends/cuda/cuda_backend.h"
 #endif
+#ifdef KITE_NCCL
+#include "backends/cuda/nccl_comm.h"
+#include "src/core/comm.h"
+#endif
 #ifdef KITE_VULKAN
 #include "backends/vulkan/vulkan_backend.h"
 #endif
@@ -14,6 +18,9 @@ namespace kite {
 void register_builtin_backends() {
 #ifdef KITE_CUDA
   register_backend("cuda", cuda::make_cuda_backend);
+#endif
+#ifdef KITE_NCCL
+  register_communicator("cuda", cuda::make_nccl_communicator);
 #endif
 #ifdef KITE_VULKAN
   register_backend("vulkan", vk::make_vulkan_backend);

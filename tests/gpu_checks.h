@@ -25,7 +25,7 @@ inline std::unique_ptr<Context> make_device_ctx(const LoadedModel& l, const std:
   opts.n_seqs = n_seqs;
   opts.device = device;
   auto ctx = Context::create(l.model, opts);
-  REQUIRE_MESSAGE(ctx.ok(), device, ": ", ctx.error().message);
+  REQUIRE_MESSAGE(ctx.ok(), device, ": ", (ctx.ok() ? std::string() : ctx.error().message));
   return std::move(*ctx);
 }
 

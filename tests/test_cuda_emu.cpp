@@ -338,7 +338,7 @@ __global__ void wmma_half_probe(const __half* a, const __half* b, const float* c
   wmma::store_matrix_sync(ds, fc, 16, wmma::mem_col_major);
 }
 
-TEST_CASE("cuda-emu: wmma with half inputs accumulates in float; per-row scaling through a row-number fragment") {
+TEST_CASE("cuda-emu: wmma with half inputs accumulates in float, and scales per row through a row-number fragment") {
   std::mt19937 g(9500);
   std::normal_distribution<float> nd(0.f, 1.f);
   std::vector<__half> a(256), b(256);

@@ -24,11 +24,11 @@ inline const LoadedModel& load_model(const std::string& rel) {
   static std::map<std::string, LoadedModel> cache;
   if (auto it = cache.find(rel); it != cache.end()) return it->second;
   auto src = WeightSource::open(testdata(rel));
-  REQUIRE_MESSAGE(src.ok(), rel, ": ", src.error().message);
+  REQUIRE_MESSAGE(src.ok(), rel, ": ", (src.ok() ? std::string() : src.error().message));
   auto tok = Tokenizer::load((*src)->metadata());
-  REQUIRE_MESSAGE(tok.ok(), rel, ": ", tok.error().message);
+  REQUIRE_MESSAGE(tok.ok(), rel, ": ", (tok.ok() ? std::string() : tok.error().message));
   auto model = Model::from_source(std::move(*src));
-  REQUIRE_MESSAGE(model.ok(), rel, ": ", model.error().message);
+  REQUIRE_MESSAGE(model.ok(), rel, ": ", (model.ok() ? std::string() : model.error().message));
   return cache[rel] = LoadedModel{*model, *tok};
 }
 

@@ -33,6 +33,7 @@ struct BenchArgs {
   int threads = 0;
   std::string device = "cpu";  // where to compute (cpu, cuda)
   int32_t gpu_layers = -1;     // layers on `device` (-1: all)
+  int32_t tensor_parallel = 1;  // ranks on `device`
   double bandwidth = 0;        // GB/s that tg's achieved GB/s is compared with (0: measure the host's for cpu)
   bool json = false;
   std::vector<int> parallel;  // batched mode: concurrent sequences per run (llama-batched-bench's -npl)
@@ -105,6 +106,7 @@ int run_batched(const BenchArgs& a, const std::shared_ptr<const Model>& model, c
     opts.n_threads = a.threads;
     opts.device = a.device;
     opts.gpu_layers = a.gpu_layers;
+    opts.tensor_parallel = a.tensor_parallel;
     opts.n_ctx = a.n_prompt + a.n_gen + 1;
     opts.n_seqs = b;
     opts.prefix_cache = false;
@@ -278,6 +280,7 @@ int run_single(const BenchArgs& a, const std::shared_ptr<const Model>& model, co
   opts.n_threads = a.threads;
   opts.device = a.device;
   opts.gpu_layers = a.gpu_layers;
+  opts.tensor_parallel = a.tensor_parallel;
   opts.n_ctx = std::max(16, a.n_prompt + a.n_gen);
   auto ctx = Context::create(model, opts);
   if (!ctx) {
@@ -371,6 +374,8 @@ void register_bench(CLI::App& app, Action* run) {
   cmd->add_option("-t,--threads", a->threads, "Threads (default: all physical cores)")->check(CLI::NonNegativeNumber);
   cmd->add_option("--device", a->device, "Where to compute: cpu, cuda (builds with KITE_CUDA) or vulkan (builds with KITE_VULKAN)");
   add_gpu_layers_flag(cmd, &a->gpu_layers);
+  cmd->add_option("--tensor-parallel,--tp", a->tensor_parallel, "Split every layer over N ranks on --device")
+      ->check(CLI::PositiveNumber);
   cmd->add_option("--bandwidth", a->bandwidth,
                   "GB/s to compare generation's achieved GB/s with (e.g. kite-cuda-bandwidth's figure for "
                   "--device cuda; default: the host's read bandwidth, measured, for --device cpu)")

@@ -37,6 +37,9 @@ void add_model_flags(CLI::App* cmd, ModelArgs* a) {
   cmd->add_option("-c,--ctx", a->ctx, "Context length in tokens")->check(CLI::PositiveNumber);
   cmd->add_option("--device", a->device, "Where to compute: cpu, cuda (an NVIDIA GPU; builds with KITE_CUDA) or vulkan (any Vulkan 1.2 GPU; builds with KITE_VULKAN); cuda:N / vulkan:N pick device N");
   add_gpu_layers_flag(cmd, &a->gpu_layers);
+  cmd->add_option("--tensor-parallel,--tp", a->tensor_parallel,
+                  "Split every layer over N ranks on --device (heads and FFN width; cpu: threads sharing -t)")
+      ->check(CLI::PositiveNumber);
   cmd->add_option("--kv-type", a->kv_type, "KV cache element type: f16, bf16, f32, q8_0")
       ->check(CLI::IsMember({"f16", "bf16", "f32", "q8_0"}));
   cmd->add_option("--kv-memory", a->kv_memory, "KV cache pool size, e.g. 512M or 2G (default: ctx x sequences)");
@@ -71,6 +74,7 @@ Result<Loaded> load_model(const ModelArgs& a, int32_t n_seqs) {
   opts.n_seqs = n_seqs;
   opts.device = a.device;
   opts.gpu_layers = a.gpu_layers;
+  opts.tensor_parallel = a.tensor_parallel;
   opts.kv_type = quant::find_traits(a.kv_type)->type;
   opts.prefix_cache = !a.no_prefix_cache;
   if (!a.kv_memory.empty()) {

@@ -25,6 +25,7 @@ struct ModelArgs {
   int64_t ctx = 2048;
   std::string device = "cpu";
   int32_t gpu_layers = -1;  // --gpu-layers: layers on --device (-1: all); ContextOptions::gpu_layers
+  int32_t tensor_parallel = 1;  // --tensor-parallel: ranks on --device; ContextOptions::tensor_parallel
   std::string kv_type = "f16";
   std::string kv_memory;  // "512M", "2G": the KV pool's size (default: every slot holds ctx positions)
   bool no_prefix_cache = false;
@@ -32,8 +33,8 @@ struct ModelArgs {
   std::string dump_dir;
 };
 
-// -m/--model (required), -t/--threads, -c/--ctx, --device, --gpu-layers, --kv-type, --kv-memory,
-// --no-prefix-cache, --dump-ops, --dump-dir.
+// -m/--model (required), -t/--threads, -c/--ctx, --device, --gpu-layers, --tensor-parallel,
+// --kv-type, --kv-memory, --no-prefix-cache, --dump-ops, --dump-dir.
 void add_model_flags(CLI::App* cmd, ModelArgs* a);
 // --gpu-layers N|all into `*layers` (-1: all); a bad value is a usage error naming it.
 void add_gpu_layers_flag(CLI::App* cmd, int32_t* layers);

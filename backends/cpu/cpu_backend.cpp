@@ -5,6 +5,7 @@
 
 #include "backends/cpu/ops.h"
 #include "backends/cpu/threadpool.h"
+#include "src/core/comm.h"
 
 namespace kite::cpu {
 namespace {
@@ -41,6 +42,7 @@ Kernel kernel_for(Op op) {
     case Op::kKvWrite: return op_kv_write;
     case Op::kAttention: return op_attention;
     case Op::kCopy: return op_copy;
+    case Op::kAllReduce:  // (run by the backend itself, on the calling thread)
     case Op::kNone:
     case Op::kView: return nullptr;
   }
@@ -59,14 +61,16 @@ bool kv_type_ok(DType t, int64_t n) {
 
 class CpuBackend final : public Backend {
  public:
-  explicit CpuBackend(int n_threads)
-      : pool_(n_threads), scratch_(static_cast<size_t>(pool_.size())), barrier_(pool_.size()) {}
+  CpuBackend(int n_threads, Communicator* comm, int rank)
+      : pool_(n_threads), scratch_(static_cast<size_t>(pool_.size())), barrier_(pool_.size()), comm_(comm),
+        rank_(rank) {}
 
   std::string_view name() const override { return "cpu"; }
   bool is_host() const override { return true; }
 
   bool supports(const Tensor& n) const override {
     if (n.op == Op::kNone || n.op == Op::kView) return true;
+    if (n.op == Op::kAllReduce) return comm_ != nullptr && n.src[0]->type == DType::F32;
     if (kernel_for(n.op) == nullptr) return false;
     if (n.op == Op::kMulMat || n.op == Op::kGetRows || n.op == Op::kCopy) return computable(n.src[0]->type);
     if (n.op == Op::kKvWrite) return kv_type_ok(n.src[0]->type, n.src[0]->ne[0]);
@@ -96,6 +100,10 @@ class CpuBackend final : public Backend {
 
   Status compute(std::span<Tensor* const> nodes) override {
     for (Tensor* n : nodes) {
+      if (n->op == Op::kAllReduce) {
+        KITE_TRY(all_reduce(n));
+        continue;
+      }
       const Kernel k = kernel_for(n->op);
       if (k == nullptr) continue;  // views: nothing to compute
       const size_t shared_bytes = op_shared_bytes(n);
@@ -110,18 +118,40 @@ class CpuBackend final : public Backend {
   }
 
  private:
+  // dst = src, then summed in place with the other ranks' (which wait for this one).
+  Status all_reduce(Tensor* n) {
+    if (comm_ == nullptr) return make_error("cpu: all_reduce without a tensor-parallel group");
+    const Tensor* a = n->src[0];
+    auto* dst = static_cast<float*>(n->data);
+    const int64_t ne0 = a->ne[0];
+    for (int64_t r = 0; r < a->n_rows(); ++r) {
+      const int64_t i1 = r % a->ne[1], i2 = (r / a->ne[1]) % a->ne[2], i3 = r / (a->ne[1] * a->ne[2]);
+      std::memcpy(dst + r * ne0, static_cast<const uint8_t*>(a->data) + i1 * a->nb[1] + i2 * a->nb[2] + i3 * a->nb[3],
+                  static_cast<size_t>(ne0) * sizeof(float));
+    }
+    return comm_->all_reduce_sum(rank_, dst, static_cast<size_t>(n->n_elements()), nullptr);
+  }
+
   ThreadPool pool_;
   std::vector<std::vector<float>> scratch_;
   std::vector<uint8_t> shared_;  // op-wide scratch (quantized activations); grows, never shrinks
   Barrier barrier_;
   std::atomic<int64_t> counter_{0};
+  Communicator* comm_;
+  int rank_;
 };
 
 }  // namespace
 
 Result<std::unique_ptr<Backend>> make_cpu_backend(const BackendOptions& opts) {
   const int n = opts.n_threads > 0 ? opts.n_threads : ThreadPool::physical_cores();
-  return std::unique_ptr<Backend>(std::make_unique<CpuBackend>(n));
+  if (opts.comm != nullptr) {
+    if (opts.comm->backend() != "cpu")
+      return make_error("cpu: a tensor-parallel group of another backend (", opts.comm->backend(), ")");
+    if (opts.rank < 0 || opts.rank >= opts.comm->world())
+      return make_error("cpu: rank ", opts.rank, " outside a tensor-parallel group of ", opts.comm->world());
+  }
+  return std::unique_ptr<Backend>(std::make_unique<CpuBackend>(n, opts.comm, opts.rank));
 }
 
 }  // namespace kite::cpu

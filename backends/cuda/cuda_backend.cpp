@@ -15,6 +15,7 @@
 
 #include "backends/cuda/device.h"
 #include "backends/cuda/kernels.h"
+#include "src/core/comm.h"
 
 namespace kite::cuda {
 namespace {
@@ -44,11 +45,16 @@ class CudaBuffer final : public Buffer {
 
 class CudaBackend final : public Backend {
  public:
-  explicit CudaBackend(std::unique_ptr<Device> dev) : dev_(std::move(dev)) {}
+  CudaBackend(std::unique_ptr<Device> dev, Communicator* comm, int rank)
+      : dev_(std::move(dev)), comm_(comm), rank_(rank) {}
 
   std::string_view name() const override { return "cuda"; }
   bool is_host() const override { return false; }
-  bool supports(const Tensor& n) const override { return node_supported(n); }
+  bool supports(const Tensor& n) const override {
+    if (n.op == Op::kAllReduce)
+      return comm_ != nullptr && n.src[0]->type == DType::F32 && n.src[0]->is_contiguous();
+    return node_supported(n);
+  }
 
   Result<std::unique_ptr<Buffer>> alloc(size_t bytes) override {
     KITE_TRY(dev_->activate());
@@ -122,6 +128,15 @@ class CudaBackend final : public Backend {
 
   Status run_eager(std::span<Tensor* const> nodes) {
     for (Tensor* n : nodes) {
+      if (n->op == Op::kAllReduce) {  // (tensor parallelism: the sum is queued on the stream)
+        if (comm_ == nullptr) return make_error("cuda: all_reduce '", n->name, "' without a tensor-parallel group");
+        KITE_ASSIGN_OR_RETURN(uint8_t * src, dev_->address(n->src[0]));
+        KITE_ASSIGN_OR_RETURN(uint8_t * dst, dev_->address(n));
+        KITE_CUDA_CHECK(cudaMemcpyAsync(dst, src, n->nbytes(), cudaMemcpyDeviceToDevice, dev_->stream()));
+        KITE_TRY(comm_->all_reduce_sum(rank_, reinterpret_cast<float*>(dst), static_cast<size_t>(n->n_elements()),
+                                       dev_->stream()));
+        continue;
+      }
       if (auto st = run_node(*dev_, scratch_, n); !st)
         return st.error().with_context(std::string("cuda: ") + op_name(n->op) + " '" + n->name + "'");
     }
@@ -189,6 +204,8 @@ class CudaBackend final : public Backend {
 
   // Declared before the scratch so that it is destroyed after it (the scratch frees on it).
   std::unique_ptr<Device> dev_;
+  Communicator* comm_;  // tensor parallelism: the group (its backend "cuda") and this rank
+  int rank_;
   OpScratch scratch_;
   std::unordered_map<uint64_t, CachedGraph> graphs_;
   const bool use_graphs_ = [] {
@@ -222,8 +239,10 @@ Result<std::unique_ptr<Backend>> make_cuda_backend(const BackendOptions& opts) {
   if (n == 0) return make_error("cuda: no CUDA device found (cudaGetDeviceCount: 0 devices)");
   if (opts.device < 0 || opts.device >= n)
     return make_error("cuda: device ", opts.device, " does not exist (", n, " device", n == 1 ? "" : "s", ")");
+  if (opts.comm != nullptr && opts.comm->backend() != "cuda")
+    return make_error("cuda: a tensor-parallel group of another backend (", opts.comm->backend(), ")");
   KITE_ASSIGN_OR_RETURN(auto dev, Device::open(opts.device));
-  return std::unique_ptr<Backend>(std::make_unique<CudaBackend>(std::move(dev)));
+  return std::unique_ptr<Backend>(std::make_unique<CudaBackend>(std::move(dev), opts.comm, opts.rank));
 }
 
 Result<BandwidthReport> cuda_measure_bandwidth(int device, size_t bytes, int reps) {

@@ -241,6 +241,7 @@ bool node_supported(const Tensor& n) {
       if (n.type == DType::Q8_0) return is_float(n.src[0]->type) && n.ne[0] % 32 == 0;
       return is_float(n.type) && weight_type_ok(n.src[0]->type);
     case Op::kKvWrite: return kv_type_ok(n.src[0]->type, n.src[0]->ne[0]);
+    case Op::kAllReduce: return false;  // (run by the backend itself: cuda_backend.cpp)
     case Op::kAttention: {
       const int64_t hd = n.src[0]->ne[0];
       const int n_kv = n.params.i[0];
@@ -321,6 +322,7 @@ Status run_node(Device& dev, OpScratch& sc, Tensor* n) {
                                       reinterpret_cast<const int32_t*>(sp), rows->ne[0], rows->n_rows(), s));
       return ok_status();
     }
+    case Op::kAllReduce: break;
   }
   return make_error("cuda: op ", op_name(n->op), " has no kernel");
 }

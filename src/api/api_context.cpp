@@ -53,6 +53,7 @@ kite_context_params kite_context_default_params(void) {
   p.prefix_cache = true;
   p.device = "cpu";
   p.gpu_layers = -1;
+  p.tensor_parallel = 1;
   return p;
 }
 
@@ -79,6 +80,7 @@ kite_status kite_context_new(kite_model* model, const kite_context_params* param
     if (p.n_batch <= 0) return bad("n_batch", p.n_batch, "> 0");
     if (p.gpu_layers < -1)
       return bad("gpu_layers", p.gpu_layers, "-1 (every layer on the device), 0 (none) or a layer count");
+    if (p.tensor_parallel < 1) return bad("tensor_parallel", p.tensor_parallel, ">= 1");
     const std::string device = p.device != nullptr ? p.device : "cpu";
     const std::vector<std::string> devices = backend_names();
     if (std::find(devices.begin(), devices.end(), device) == devices.end()) {
@@ -110,6 +112,7 @@ kite_status kite_context_new(kite_model* model, const kite_context_params* param
     o.prefix_cache = p.prefix_cache;
     o.device = device;
     o.gpu_layers = p.gpu_layers;
+    o.tensor_parallel = p.tensor_parallel;
     auto c = Context::create(model->model, o);
     if (!c) return fail(capi::status_of(c.error()), std::string(kFn) + ": " + c.error().message);
     auto out = std::make_unique<kite_context>();

@@ -2,9 +2,11 @@
 //
 // Format (little-endian, as the machine writes it; a state is for the same build family):
 //   "KITESEQ1"  u32 version (1)  u32 kv dtype  u32 n_layer  u32 n_head_kv  u32 head_dim
-//   u32 n_vocab  u64 row_bytes  u64 n_tokens  u32 has_logits  u32 reserved (0)
+//   u32 n_vocab  u64 row_bytes  u64 n_tokens  u32 has_logits  u32 tp_ranks (0: one; else the
+//   tensor-parallel ranks, whose KV heads follow one another: KvCache::read_seq)
 //   i32 tokens[n_tokens]  KV bytes (KvCache::read_seq order)  f32 logits[n_vocab] if has_logits
 //   u64 FNV-1a of everything before it
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -27,7 +29,7 @@ struct Header {
   char magic[8];
   uint32_t version, kv_type, n_layer, n_head_kv, head_dim, n_vocab;
   uint64_t row_bytes, n_tokens;
-  uint32_t has_logits, reserved;
+  uint32_t has_logits, tp_ranks;
 };
 static_assert(sizeof(Header) == 56);
 
@@ -48,6 +50,7 @@ Header header_for(const kite_context& c) {
   h.head_dim = static_cast<uint32_t>(hp.head_dim);
   h.n_vocab = static_cast<uint32_t>(hp.n_vocab);
   h.row_bytes = c.ctx->kv().row_bytes();
+  h.tp_ranks = c.ctx->kv().n_ranks() > 1 ? static_cast<uint32_t>(c.ctx->kv().n_ranks()) : 0;
   return h;
 }
 
@@ -105,14 +108,15 @@ kite_status restore(const char* fn, kite_context& c, int32_t seq, const uint8_t*
   };
   if (!field("KV type", h.kv_type, want.kv_type) || !field("n_layer", h.n_layer, want.n_layer) ||
       !field("n_head_kv", h.n_head_kv, want.n_head_kv) || !field("head_dim", h.head_dim, want.head_dim) ||
-      !field("n_vocab", h.n_vocab, want.n_vocab) || !field("KV row size", h.row_bytes, want.row_bytes))
+      !field("n_vocab", h.n_vocab, want.n_vocab) || !field("KV row size", h.row_bytes, want.row_bytes) ||
+      !field("tensor-parallel ranks", std::max(h.tp_ranks, 1u), std::max(want.tp_ranks, 1u)))
     return KITE_ERROR_INVALID_STATE;
   const uint64_t n_ctx = static_cast<uint64_t>(c.ctx->kv().n_ctx());
   if (h.n_tokens > n_ctx)
     return fail(KITE_ERROR_CONTEXT_FULL, std::string(fn) + ": the state holds " + std::to_string(h.n_tokens) +
                                              " tokens, the context " + std::to_string(n_ctx));
   if (h.has_logits > 1) return bad("has_logits is " + std::to_string(h.has_logits));
-  const size_t kv_bytes = static_cast<size_t>(h.n_tokens) * 2 * h.n_layer * h.row_bytes;
+  const size_t kv_bytes = static_cast<size_t>(h.n_tokens) * 2 * h.n_layer * std::max(h.tp_ranks, 1u) * h.row_bytes;
   const size_t logit_bytes = h.has_logits ? h.n_vocab * sizeof(float) : 0;
   const size_t expected = sizeof(Header) + h.n_tokens * sizeof(int32_t) + kv_bytes + logit_bytes + sizeof(uint64_t);
   if (size != expected)

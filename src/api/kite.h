@@ -221,6 +221,11 @@ typedef struct kite_context_params {
    * Below -1: KITE_ERROR_INVALID_ARGUMENT. When the layers do not fit in the device's memory,
    * kite_context_new fails with KITE_ERROR_OUT_OF_MEMORY and a message naming a count that fits. */
   int32_t gpu_layers;
+  /* Tensor parallelism: every layer split over this many ranks on `device` (default 1). "cpu":
+   * ranks are threads sharing n_threads. A model whose heads or FFN width do not divide, or a
+   * device without a communicator, is KITE_ERROR_FAILED with a message naming it. Below 1:
+   * KITE_ERROR_INVALID_ARGUMENT. Not with gpu_layers >= 0. */
+  int32_t tensor_parallel;
 } kite_context_params;
 
 KITE_API kite_context_params kite_context_default_params(void);

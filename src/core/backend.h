@@ -36,9 +36,15 @@ struct MemoryInfo {
   size_t total = 0;
 };
 
+class Communicator;
+
 struct BackendOptions {
   int n_threads = 0;  // CPU: 0 = all physical cores
   int device = 0;     // GPU index
+  // Tensor parallelism: the group this backend's all_reduce nodes sum over, and its rank there
+  // (the communicator must come from create_communicator for this backend and outlive it).
+  Communicator* comm = nullptr;
+  int rank = 0;
 };
 
 class Backend {

@@ -135,6 +135,12 @@ Tensor* Graph::copy(Tensor* a, DType type) {
   return t;
 }
 
+Tensor* Graph::all_reduce(Tensor* a) {
+  Tensor* t = make_like(DType::F32, a->ne, Op::kAllReduce, "all_reduce");
+  t->src[0] = a;
+  return t;
+}
+
 void Graph::visit(Tensor* t) {
   if (!visited_.insert(t).second) return;
   for (Tensor* s : t->src)

@@ -71,6 +71,8 @@ class Graph {
   Tensor* attention(Tensor* q, Tensor* k_cache, Tensor* v_cache, Tensor* positions, Tensor* token_seq,
                     Tensor* block_table, const AttentionParams& p);
   Tensor* copy(Tensor* a, DType type);
+  // F32 `a` summed over the ranks of the backend's tensor-parallel group (contiguous F32 out).
+  Tensor* all_reduce(Tensor* a);
 
   // Nodes made from now on are tagged with `layer` (Tensor::layer), so a graph can be split
   // across backends by model part. Starts at -1.

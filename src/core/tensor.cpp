@@ -17,6 +17,7 @@ const char* op_name(Op op) {
     case Op::kKvWrite: return "kv_write";
     case Op::kAttention: return "attention";
     case Op::kCopy: return "copy";
+    case Op::kAllReduce: return "all_reduce";
   }
   return "?";
 }

@@ -34,6 +34,7 @@ enum class Op : uint8_t {
   kKvWrite,    // writes src1 F32 [row, n_tokens] into cache src0 [row, n_slots] at slots src2 (I32)
   kAttention,  // see attention_params; reads K/V through the block table, never a contiguous copy
   kCopy,       // src0 converted to this tensor's type (same element count, contiguous)
+  kAllReduce,  // F32 src0 summed over the ranks of a tensor-parallel group (src/core/comm.h)
 };
 
 const char* op_name(Op op);

@@ -28,8 +28,10 @@ Result<std::unique_ptr<KvCache>> KvCache::create(const HParams& hp, const KvCach
     return make_error("KV cache type must be f16, bf16, f32 or q8_0");
   if (opts.n_ctx <= 0 || opts.n_seqs <= 0 || opts.block_size <= 0 || opts.n_blocks < 0)
     return make_error("KV cache: context, sequences and block size must be positive");
-  if (static_cast<int64_t>(layer_backends.size()) != hp.n_layer)
+  const size_t n_layer = static_cast<size_t>(hp.n_layer);
+  if (n_layer == 0 || layer_backends.empty() || layer_backends.size() % n_layer != 0)
     return make_error("KV cache: ", layer_backends.size(), " layer backends for ", hp.n_layer, " layers");
+  const size_t ranks = layer_backends.size() / n_layer;
   const int64_t row = hp.head_dim * hp.n_head_kv;
   const quant::TypeTraits* tt = quant::find_traits(opts.type);
   if (row % tt->block_size != 0 || hp.head_dim % tt->block_size != 0)
@@ -43,7 +45,7 @@ Result<std::unique_ptr<KvCache>> KvCache::create(const HParams& hp, const KvCach
   const int64_t n_slots = n_blocks * opts.block_size;
   kv->row_bytes_ = static_cast<size_t>(row / tt->block_size) * tt->type_size;
   const size_t per_tensor = kv->row_bytes_ * static_cast<size_t>(n_slots);
-  kv->storage_.resize(static_cast<size_t>(2 * hp.n_layer));
+  kv->storage_.resize(2 * layer_backends.size());  // (rank, layer, K/V)
   // One buffer per backend, holding its layers' K and V in layer order.
   std::vector<Backend*> owners;
   for (Backend* b : layer_backends)
@@ -61,13 +63,18 @@ Result<std::unique_ptr<KvCache>> KvCache::create(const HParams& hp, const KvCach
       t.nb = contiguous_strides(t.type, t.ne);
       t.data = base + next++ * per_tensor;
       t.buffer = buf.get();
-      t.layer = static_cast<int32_t>(i / 2);
-      t.name = (i % 2 == 0 ? "cache_k." : "cache_v.") + std::to_string(i / 2);
+      t.layer = static_cast<int32_t>(i / 2 % n_layer);
+      t.name = (i % 2 == 0 ? "cache_k." : "cache_v.") + std::to_string(t.layer) +
+               (ranks > 1 ? ".tp" + std::to_string(i / 2 / n_layer) : "");
     }
     kv->buffers_.push_back(std::move(buf));
   }
-  for (size_t i = 0; i < kv->storage_.size(); ++i) (i % 2 == 0 ? kv->tensors_.k : kv->tensors_.v).push_back(&kv->storage_[i]);
-  kv->tensors_.block_size = opts.block_size;
+  kv->tensors_.resize(ranks);
+  for (size_t i = 0; i < kv->storage_.size(); ++i) {
+    KvTensors& r = kv->tensors_[i / 2 / n_layer];
+    (i % 2 == 0 ? r.k : r.v).push_back(&kv->storage_[i]);
+    r.block_size = opts.block_size;
+  }
   kv->seqs_.resize(static_cast<size_t>(opts.n_seqs));
   return kv;
 }

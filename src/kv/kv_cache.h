@@ -47,7 +47,8 @@ struct KvStats {
 class KvCache {
  public:
   static Result<std::unique_ptr<KvCache>> create(const HParams& hp, const KvCacheOptions& opts, Backend& backend);
-  // Layer il's K and V on `layer_backends[il]` (n_layer entries).
+  // Layer il's K and V on `layer_backends[il]` (n_layer entries). Tensor parallelism: n_layer
+  // entries per rank, rank-major, and hp the ranks' (each holds its share of the KV heads).
   static Result<std::unique_ptr<KvCache>> create(const HParams& hp, const KvCacheOptions& opts,
                                                  std::span<Backend* const> layer_backends);
   // Bytes of one layer's K and V for `n_blocks` blocks.
@@ -86,7 +87,10 @@ class KvCache {
   // Writes the block table [max_blocks_per_seq, n_seqs] as I32 (unused entries 0).
   void fill_block_table(int32_t* out) const;
 
-  const KvTensors& tensors() const { return tensors_; }
+  // The K/V tensors of rank `rank` (0 without tensor parallelism). Blocks, tables and slots are
+  // common to the ranks; copies and sessions cover every rank's tensors.
+  const KvTensors& tensors(size_t rank = 0) const { return tensors_[rank]; }
+  size_t n_ranks() const { return tensors_.size(); }
 
   // Saving and restoring a sequence (sessions): its K/V bytes for positions 0..len-1, tensor by
   // tensor (layer 0 K, layer 0 V, layer 1 K, ...), position by position, row_bytes() each.
@@ -116,8 +120,8 @@ class KvCache {
   int32_t max_blocks_ = 0;
   size_t row_bytes_ = 0;
   std::vector<std::unique_ptr<Buffer>> buffers_;  // one per backend holding layers
-  std::vector<Tensor> storage_;  // the K/V tensors (2 per layer); each tensor's buffer names its backend
-  KvTensors tensors_;
+  std::vector<Tensor> storage_;  // the K/V tensors (2 per layer and rank); each one's buffer names its backend
+  std::vector<KvTensors> tensors_;  // per rank
   std::vector<Seq> seqs_;
   int64_t prefix_queried_ = 0, prefix_hits_ = 0, cow_copies_ = 0;
 };

@@ -139,8 +139,10 @@ Status Model::load_weights(const LoadOptions& opts) {
   return ok_status();
 }
 
-Tensor* Model::build_forward(Graph& g, const ForwardInputs& in, const KvTensors& kv, OutputKind kind) const {
-  const HParams& hp = hp_;
+Tensor* Model::build_forward(Graph& g, const ForwardInputs& in, const KvTensors& kv, OutputKind kind,
+                             TpRank tp) const {
+  const HParams hp = tp.world > 1 ? rank_hparams(tp.world) : hp_;
+  const std::vector<LayerWeights>& layers = layers_for(tp);
   const int64_t n = in.tokens->ne[0];
   const int64_t hd = hp.head_dim;
   AttentionParams ap;
@@ -159,8 +161,10 @@ Tensor* Model::build_forward(Graph& g, const ForwardInputs& in, const KvTensors&
   g.set_layer(-1);
   Tensor* x = g.get_rows(tok_embd_, in.tokens);  // [n_embd, n]
   x->name = "embd";
-  for (size_t il = 0; il < layers_.size(); ++il) {
-    const LayerWeights& l = layers_[il];
+  // Under tensor parallelism a row-parallel product is this rank's share: sum the ranks'.
+  auto reduce = [&](Tensor* t) { return tp.world > 1 ? g.all_reduce(t) : t; };
+  for (size_t il = 0; il < layers.size(); ++il) {
+    const LayerWeights& l = layers[il];
     g.set_layer(static_cast<int32_t>(il));
     // Attention block: x += Wo · attention(rope(Wq·h), rope(Wk·h), Wv·h), h = norm(x).
     Tensor* h = nm(g.rms_norm(x, l.attn_norm, hp.rms_eps), il, "attn_norm");
@@ -179,14 +183,14 @@ Tensor* Model::build_forward(Graph& g, const ForwardInputs& in, const KvTensors&
     Tensor* kc = g.kv_write(kv.k[il], g.reshape(k, {hd * hp.n_head_kv, n}), in.kv_slots);
     Tensor* vc = g.kv_write(kv.v[il], v, in.kv_slots);
     Tensor* a = nm(g.attention(q, kc, vc, in.positions, in.token_seq, in.block_table, ap), il, "attn");
-    x = nm(g.add(x, nm(g.mul_mat(l.wo, a), il, "attn_out")), il, "attn_res");
+    x = nm(g.add(x, reduce(nm(g.mul_mat(l.wo, a), il, "attn_out"))), il, "attn_res");
     // Feed-forward block: x += W_down · (silu(W_gate·h) * W_up·h), h = norm(x).
     h = nm(g.rms_norm(x, l.ffn_norm, hp.rms_eps), il, "ffn_norm");
     Tensor* f = nm(g.swiglu(nm(g.mul_mat(l.w_gate, h), il, "gate"), nm(g.mul_mat(l.w_up, h), il, "up")), il, "swiglu");
-    x = nm(g.add(x, nm(g.mul_mat(l.w_down, f), il, "ffn_out")), il, "ffn_res");
+    x = nm(g.add(x, reduce(nm(g.mul_mat(l.w_down, f), il, "ffn_out"))), il, "ffn_res");
   }
   // Only the rows whose outputs are wanted go through the final norm and the LM head.
-  g.set_layer(static_cast<int32_t>(layers_.size()));
+  g.set_layer(static_cast<int32_t>(layers.size()));
   x = g.get_rows(x, in.out_rows);
   x = g.rms_norm(x, output_norm_, hp.rms_eps);
   x->name = "output_norm";

@@ -8,7 +8,9 @@
 
 #include <cstddef>
 #include <functional>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -45,6 +47,16 @@ struct ForwardInputs {
   Tensor* out_rows = nullptr;     // [n_outputs] token indices whose logits are wanted
 };
 
+// Tensor parallelism (Megatron-style, docs/ARCHITECTURE.md): rank `rank` of `world` holds a
+// 1/world slice of every layer's heads and FFN width. Q/K/V and FFN gate/up are split by output
+// rows (views into the same weight bytes), attention output and FFN down by input columns (a
+// copy of each row's slice); each of the last two ends in an all_reduce. The embedding, norms and
+// LM head are whole on every rank.
+struct TpRank {
+  int32_t rank = 0;
+  int32_t world = 1;
+};
+
 // What a forward graph ends in: the LM head's logits [n_vocab, n_outputs], or the final hidden
 // state after the final norm [n_embd, n_outputs] (embeddings; the LM head is skipped).
 enum class OutputKind { kLogits, kHidden };
@@ -77,8 +89,16 @@ class Model {
   // with OutputKind::kHidden the normed final hidden state [n_embd, n_outputs].
   // Nodes are tagged with their model part (Graph::set_layer): -1 the token embedding lookup,
   // il for transformer layer il, n_layer the output norm and LM head.
+  // With tp.world > 1, the graph of rank tp.rank (check_tensor_parallel first; kv holds that
+  // rank's KV heads, rank_hparams(world)).
   Tensor* build_forward(Graph& g, const ForwardInputs& in, const KvTensors& kv,
-                        OutputKind kind = OutputKind::kLogits) const;
+                        OutputKind kind = OutputKind::kLogits, TpRank tp = {}) const;
+
+  // Whether the model splits over `world` ranks: heads, KV heads and FFN width divisible by it,
+  // and the attention-output and FFN-down slices whole blocks of their weight types.
+  Status check_tensor_parallel(int32_t world) const;
+  // One rank's hyperparameters: n_head, n_head_kv and n_ff divided by `world`.
+  HParams rank_hparams(int32_t world) const;
 
   // Bytes of the weights read by the model parts for which `part(layer)` is true (layer as in
   // build_forward's tags); a tensor shared by two parts (tied embeddings) counts once.
@@ -90,6 +110,15 @@ class Model {
   Result<Tensor*> weight(const std::string& name, bool required = true);
   Status load_weights(const LoadOptions& opts);
 
+  // One rank's layer weights (tensor_parallel.cpp); made on first use, kept while the model
+  // lives (GPU weight copies are keyed by the host bytes, so contexts share them).
+  struct Shard {
+    std::vector<LayerWeights> layers;
+    std::vector<std::unique_ptr<Tensor>> tensors;
+    std::vector<std::vector<uint8_t>> bytes;  // row-parallel slices
+  };
+  const std::vector<LayerWeights>& layers_for(TpRank tp) const;
+
   std::unique_ptr<WeightSource> source_;
   HParams hp_;
   std::vector<std::unique_ptr<Tensor>> tensors_;     // weight tensor descriptions
@@ -99,6 +128,8 @@ class Model {
   Tensor* output_ = nullptr;                         // (n_embd, n_vocab); token_embd when tied
   Tensor* rope_freqs_ = nullptr;                     // (head_dim / 2) llama3 frequency divisors, optional
   std::vector<LayerWeights> layers_;
+  mutable std::mutex shards_mu_;
+  mutable std::map<std::pair<int32_t, int32_t>, std::unique_ptr<Shard>> shards_;  // (rank, world)
   // Load progress (only during load_weights()).
   const LoadOptions* load_opts_ = nullptr;
   size_t load_done_ = 0, load_total_ = 0;

@@ -2,22 +2,85 @@
 
 #include <algorithm>
 #include <cmath>
+#include <condition_variable>
 #include <cstdio>
 #include <cstring>
+#include <mutex>
+#include <thread>
 
 namespace kite {
 
 struct Context::Step {
   Graph graph;
   ForwardInputs in;
-  Tensor* out = nullptr;  // logits [n_vocab, n_outputs] or hidden state [n_embd, n_outputs]
-  SplitGraph split;       // backends of the nodes, copies at the boundaries, memory plans
+  Tensor* out = nullptr;           // logits [n_vocab, n_outputs] or hidden state [n_embd, n_outputs]
+  std::vector<Backend*> backends;  // what the split's backend indices name
+  SplitGraph split;                // backends of the nodes, copies at the boundaries, memory plans
+  std::vector<std::unique_ptr<Step>> peers;  // tensor parallelism: ranks 1.. (this step is rank 0)
+};
+
+// Tensor parallelism: ranks 1.. run on threads of their own, rank 0 on the caller's.
+class Context::RankThreads {
+ public:
+  explicit RankThreads(int world) {
+    for (int r = 1; r < world; ++r) threads_.emplace_back([this, r] { loop(r); });
+  }
+  ~RankThreads() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+      ++generation_;
+    }
+    cv_.notify_all();
+    for (std::thread& t : threads_) t.join();
+  }
+  // fn(rank) on every rank at once; returns when all have returned.
+  void run(const std::function<void(int)>& fn) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      fn_ = &fn;
+      pending_ = threads_.size();
+      ++generation_;
+    }
+    cv_.notify_all();
+    fn(0);
+    std::unique_lock<std::mutex> lock(mu_);
+    done_.wait(lock, [&] { return pending_ == 0; });
+    fn_ = nullptr;
+  }
+
+ private:
+  void loop(int rank) {
+    uint64_t seen = 0;
+    for (;;) {
+      const std::function<void(int)>* fn = nullptr;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [&] { return generation_ != seen; });
+        seen = generation_;
+        if (stop_) return;
+        fn = fn_;
+      }
+      (*fn)(rank);
+      std::lock_guard<std::mutex> lock(mu_);
+      if (--pending_ == 0) done_.notify_all();
+    }
+  }
+
+  std::mutex mu_;
+  std::condition_variable cv_, done_;
+  std::vector<std::thread> threads_;
+  const std::function<void(int)>* fn_ = nullptr;
+  size_t pending_ = 0;
+  uint64_t generation_ = 0;
+  bool stop_ = false;
 };
 
 namespace {
 constexpr size_t kMiB = size_t{1} << 20;
 }  // namespace
 
+Context::Context() = default;
 Context::~Context() = default;
 
 Result<std::unique_ptr<Context>> Context::create(std::shared_ptr<const Model> model, const ContextOptions& opts) {
@@ -25,7 +88,7 @@ Result<std::unique_ptr<Context>> Context::create(std::shared_ptr<const Model> mo
   c->model_ = std::move(model);
   c->opts_ = opts;
   KITE_TRY(c->open_backends());
-  KITE_TRY(c->check_device_memory());
+  if (opts.tensor_parallel <= 1) KITE_TRY(c->check_device_memory());  // (GPU ranks: not checked yet)
   KvCacheOptions ko;
   ko.n_ctx = opts.n_ctx;
   ko.n_seqs = opts.n_seqs;
@@ -34,10 +97,15 @@ Result<std::unique_ptr<Context>> Context::create(std::shared_ptr<const Model> mo
   ko.block_size = opts.kv_block_size;
   ko.prefix_cache = opts.prefix_cache;
   std::vector<Backend*> layer_backends;
-  for (int64_t il = 0; il < c->model_->hparams().n_layer; ++il)
-    layer_backends.push_back(c->backend_ptrs_[static_cast<size_t>(c->placement_(static_cast<int32_t>(il)))]);
-  KITE_ASSIGN_OR_RETURN(c->kv_, KvCache::create(c->model_->hparams(), ko, layer_backends));
+  const int32_t world = std::max(opts.tensor_parallel, 1);
+  for (int32_t r = 0; r < world; ++r)  // (tensor parallelism: each rank's KV heads on its backend)
+    for (int64_t il = 0; il < c->model_->hparams().n_layer; ++il)
+      layer_backends.push_back(
+          c->backend_ptrs_[world > 1 ? static_cast<size_t>(r) : static_cast<size_t>(c->placement_(static_cast<int32_t>(il)))]);
+  const HParams hp = world > 1 ? c->model_->rank_hparams(world) : c->model_->hparams();
+  KITE_ASSIGN_OR_RETURN(c->kv_, KvCache::create(hp, ko, layer_backends));
   c->arenas_.resize(c->backends_.size());
+  c->copy_staging_.resize(c->backends_.size());
   return c;
 }
 
@@ -47,6 +115,30 @@ Status Context::open_backends() {
   BackendOptions bo;
   bo.n_threads = opts_.n_threads;
   const int64_t n_layer = model_->hparams().n_layer;
+  if (const int32_t world = opts_.tensor_parallel; world != 1) {
+    // Tensor parallelism: one backend per rank, every layer on each (its slice).
+    if (world < 1) return make_error("tensor_parallel must be 1 or more ranks, got ", world);
+    if (opts_.placement || opts_.gpu_layers >= 0)
+      return make_error("tensor parallelism runs every layer on every rank: it cannot be combined with --gpu-layers");
+    if (!opts_.dump_ops.empty() || opts_.op_observer)
+      return make_error("tensor parallelism does not support --dump-ops or op observers (imatrix)");
+    KITE_TRY(model_->check_tensor_parallel(world));
+    const std::string kind = opts_.device.substr(0, opts_.device.find(':'));
+    KITE_ASSIGN_OR_RETURN(comm_, create_communicator(kind, world));
+    const int threads = opts_.n_threads > 0 ? opts_.n_threads : static_cast<int>(std::thread::hardware_concurrency());
+    bo.n_threads = std::max(1, threads / world);  // (the CPU ranks share the cores)
+    bo.comm = comm_.get();
+    for (int32_t r = 0; r < world; ++r) {
+      bo.rank = r;
+      bo.device = r;
+      KITE_ASSIGN_OR_RETURN(auto b, create_backend(kind, bo));
+      backends_.push_back(std::move(b));
+    }
+    for (auto& b : backends_) backend_ptrs_.push_back(b.get());
+    placement_ = [](int32_t) { return 0; };
+    rank_threads_ = std::make_unique<RankThreads>(world);
+    return ok_status();
+  }
   const int32_t n = opts_.gpu_layers;
   if (!opts_.placement && n < -1)
     return make_error("gpu_layers must be -1 (every layer) or a layer count >= 0, got ", n);
@@ -123,37 +215,56 @@ Result<Context::Step*> Context::step_for(int64_t n_tokens, int64_t n_outputs, Ou
   auto key = std::make_tuple(n_tokens, n_outputs, kind);
   auto it = steps_.find(key);
   last_built_graph_ = it == steps_.end();
+  const int32_t world = std::max(opts_.tensor_parallel, 1);
   if (it == steps_.end()) {
     // Continuous batching meets many shapes; keep the cache of built graphs bounded.
     if (steps_.size() >= 256) steps_.clear();
-    auto s = std::make_unique<Step>();
-    Graph& g = s->graph;
-    s->in.tokens = g.input(DType::I32, {n_tokens}, "tokens");
-    s->in.positions = g.input(DType::I32, {n_tokens}, "positions");
-    s->in.token_seq = g.input(DType::I32, {n_tokens}, "token_seq");
-    s->in.kv_slots = g.input(DType::I32, {n_tokens}, "kv_slots");
-    s->in.block_table = g.input(DType::I32, {kv_->max_blocks_per_seq(), kv_->n_seqs()}, "block_table");
-    s->in.out_rows = g.input(DType::I32, {n_outputs}, "out_rows");
-    s->out = model_->build_forward(g, s->in, kv_->tensors(), kind);
-    KITE_ASSIGN_OR_RETURN(s->split, SplitGraph::make(g, backend_ptrs_, placement_));
-    for (const GraphSplit& sp : s->split.splits()) {
-      const Backend& be = *backend_ptrs_[static_cast<size_t>(sp.backend)];
-      for (const Tensor* n : sp.nodes)
-        if (!be.supports(*n))
-          return make_error(be.name(), ": op ", op_name(n->op), " on ", n->name, " (",
-                            quant::find_traits(n->src[0] ? n->src[0]->type : n->type)->name, ") is not supported");
+    // Rank r's graph (rank 0 without tensor parallelism, over every backend).
+    auto build = [&](int32_t r) -> Result<std::unique_ptr<Step>> {
+      auto s = std::make_unique<Step>();
+      Graph& g = s->graph;
+      s->in.tokens = g.input(DType::I32, {n_tokens}, "tokens");
+      s->in.positions = g.input(DType::I32, {n_tokens}, "positions");
+      s->in.token_seq = g.input(DType::I32, {n_tokens}, "token_seq");
+      s->in.kv_slots = g.input(DType::I32, {n_tokens}, "kv_slots");
+      s->in.block_table = g.input(DType::I32, {kv_->max_blocks_per_seq(), kv_->n_seqs()}, "block_table");
+      s->in.out_rows = g.input(DType::I32, {n_outputs}, "out_rows");
+      // (Ranks past 0 stop at the hidden state: only rank 0's output is read.)
+      s->out = model_->build_forward(g, s->in, kv_->tensors(static_cast<size_t>(r)), r == 0 ? kind : OutputKind::kHidden,
+                                     TpRank{r, world});
+      if (world > 1) s->backends = {backend_ptrs_[static_cast<size_t>(r)]};
+      else s->backends = backend_ptrs_;
+      KITE_ASSIGN_OR_RETURN(s->split, SplitGraph::make(g, s->backends, placement_));
+      for (const GraphSplit& sp : s->split.splits()) {
+        const Backend& be = *s->backends[static_cast<size_t>(sp.backend)];
+        for (const Tensor* n : sp.nodes)
+          if (!be.supports(*n))
+            return make_error(be.name(), ": op ", op_name(n->op), " on ", n->name, " (",
+                              quant::find_traits(n->src[0] ? n->src[0]->type : n->type)->name, ") is not supported");
+      }
+      return s;
+    };
+    KITE_ASSIGN_OR_RETURN(std::unique_ptr<Step> s, build(0));
+    for (int32_t r = 1; r < world; ++r) {
+      KITE_ASSIGN_OR_RETURN(std::unique_ptr<Step> peer, build(r));
+      s->peers.push_back(std::move(peer));
     }
     it = steps_.emplace(key, std::move(s)).first;
   }
   Step* s = it->second.get();
-  for (size_t b = 0; b < backends_.size(); ++b) {
-    const size_t bytes = s->split.arena_bytes(static_cast<int>(b));
-    if (bytes == 0) continue;
-    if (!arenas_[b] || arenas_[b]->size() < bytes) {
-      arenas_[b].reset();
-      KITE_ASSIGN_OR_RETURN(arenas_[b], backends_[b]->alloc(bytes));
+  // Arenas: per backend (each rank's backend is its graph's only one).
+  for (int32_t r = 0; r < world; ++r) {
+    Step* rs = r == 0 ? s : s->peers[static_cast<size_t>(r - 1)].get();
+    for (size_t b = 0; b < rs->backends.size(); ++b) {
+      const size_t bytes = rs->split.arena_bytes(static_cast<int>(b));
+      if (bytes == 0) continue;
+      const size_t a = world > 1 ? static_cast<size_t>(r) : b;
+      if (!arenas_[a] || arenas_[a]->size() < bytes) {
+        arenas_[a].reset();
+        KITE_ASSIGN_OR_RETURN(arenas_[a], backends_[a]->alloc(bytes));
+      }
+      rs->split.place(static_cast<int>(b), static_cast<uint8_t*>(arenas_[a]->base()));
     }
-    s->split.place(static_cast<int>(b), static_cast<uint8_t*>(arenas_[b]->base()));
   }
   last_splits_ = static_cast<int>(s->split.splits().size());
   last_copies_ = s->split.n_copies();
@@ -201,25 +312,61 @@ Status Context::decode(std::span<const BatchToken> batch, OutputKind kind) {
   }
   if (o == 0) out[o++] = static_cast<int32_t>(n - 1);
   kv_->fill_block_table(table);
-  // Every backend that reads an input gets its own copy of it.
-  auto upload = [&](const Tensor* input, const int32_t* data, size_t bytes) -> Status {
-    for (const auto& [b, t] : step->split.replicas(input)) KITE_TRY(backend_ptrs_[static_cast<size_t>(b)]->upload(*t, data, bytes));
-    return ok_status();
-  };
+  // Every backend that reads an input gets its own copy of it (every rank's graph too).
   const size_t row = n * sizeof(int32_t);
-  KITE_TRY(upload(step->in.tokens, tokens, row));
-  KITE_TRY(upload(step->in.positions, pos, row));
-  KITE_TRY(upload(step->in.token_seq, seq, row));
-  KITE_TRY(upload(step->in.kv_slots, slots, row));
-  KITE_TRY(upload(step->in.out_rows, out, static_cast<size_t>(o) * sizeof(int32_t)));
-  KITE_TRY(upload(step->in.block_table, table, step->in.block_table->nbytes()));
+  for (size_t r = 0; r <= step->peers.size(); ++r) {
+    Step& rs = r == 0 ? *step : *step->peers[r - 1];
+    auto upload = [&](const Tensor* input, const int32_t* data, size_t bytes) -> Status {
+      for (const auto& [b, t] : rs.split.replicas(input)) KITE_TRY(rs.backends[static_cast<size_t>(b)]->upload(*t, data, bytes));
+      return ok_status();
+    };
+    KITE_TRY(upload(rs.in.tokens, tokens, row));
+    KITE_TRY(upload(rs.in.positions, pos, row));
+    KITE_TRY(upload(rs.in.token_seq, seq, row));
+    KITE_TRY(upload(rs.in.kv_slots, slots, row));
+    KITE_TRY(upload(rs.in.out_rows, out, static_cast<size_t>(o) * sizeof(int32_t)));
+    KITE_TRY(upload(rs.in.block_table, table, rs.in.block_table->nbytes()));
+  }
+  KITE_TRY(compute(*step));
+  for (const BatchToken& t : batch) kv_->advance(t.seq, std::span<const int32_t>(&t.token, 1));
 
+  n_outputs_ = static_cast<size_t>(o);
+  std::vector<float>& dst = kind == OutputKind::kHidden ? hidden_ : logits_;
+  dst.resize(n_outputs_ * static_cast<size_t>(kind == OutputKind::kHidden ? hp.n_embd : hp.n_vocab));
+  Backend& out_be = *step->backends[static_cast<size_t>(step->split.backend_of(step->out))];
+  KITE_TRY(out_be.download(*step->out, dst.data(), dst.size() * sizeof(float)));
+  if (kind == OutputKind::kLogits) logits_from_eval_ = false;
+  return ok_status();
+}
+
+Status Context::compute(Step& step) {
+  if (!step.peers.empty()) {
+    // Every rank at once (their all_reduce nodes meet in the communicator). A rank that fails
+    // aborts the group, so none waits for it; the first rank's own error is reported.
+    std::vector<Status> status(step.peers.size() + 1);
+    rank_threads_->run([&](int r) {
+      Step& rs = r == 0 ? step : *step.peers[static_cast<size_t>(r - 1)];
+      Status st = rs.split.compute(rs.backends, copy_staging_[static_cast<size_t>(r)], r == 0 ? &split_stats_ : nullptr);
+      for (Backend* b : rs.backends)
+        if (st.ok()) st = b->synchronize();
+      if (!st.ok()) comm_->abort("rank " + std::to_string(r) + " failed: " + st.error().message);
+      status[static_cast<size_t>(r)] = std::move(st);
+    });
+    for (const Status& st : status)
+      if (!st.ok()) {
+        comm_->reset();
+        for (const Status& own : status)  // (the others' are "all_reduce: rank r failed: ...")
+          if (!own.ok() && own.error().message.rfind("all_reduce: ", 0) != 0) return own;
+        return st;
+      }
+    return ok_status();
+  }
   if (opts_.dump_ops.empty() && !opts_.op_observer) {
-    KITE_TRY(step->split.compute(backend_ptrs_, copy_staging_, &split_stats_));
+    KITE_TRY(step.split.compute(step.backends, copy_staging_[0], &split_stats_));
   } else {  // op by op (slower): dump and observe each node
     static int step_counter = 0;
     const int step_no = step_counter++;
-    KITE_TRY(step->split.compute(backend_ptrs_, copy_staging_, &split_stats_, [&](Tensor& node, Backend& be) -> Status {
+    KITE_TRY(step.split.compute(step.backends, copy_staging_[0], &split_stats_, [&](Tensor& node, Backend& be) -> Status {
       if (opts_.op_observer) KITE_TRY(opts_.op_observer(node, be));
       if (opts_.dump_ops.empty()) return ok_status();
       const bool match = opts_.dump_ops == "*" || node.name.find(opts_.dump_ops) != std::string::npos ||
@@ -227,15 +374,7 @@ Status Context::decode(std::span<const BatchToken> batch, OutputKind kind) {
       return match ? dump_op(node, be, step_no) : ok_status();
     }));
   }
-  for (Backend* b : backend_ptrs_) KITE_TRY(b->synchronize());
-  for (const BatchToken& t : batch) kv_->advance(t.seq, std::span<const int32_t>(&t.token, 1));
-
-  n_outputs_ = static_cast<size_t>(o);
-  std::vector<float>& dst = kind == OutputKind::kHidden ? hidden_ : logits_;
-  dst.resize(n_outputs_ * static_cast<size_t>(kind == OutputKind::kHidden ? hp.n_embd : hp.n_vocab));
-  Backend& out_be = *backend_ptrs_[static_cast<size_t>(step->split.backend_of(step->out))];
-  KITE_TRY(out_be.download(*step->out, dst.data(), dst.size() * sizeof(float)));
-  if (kind == OutputKind::kLogits) logits_from_eval_ = false;
+  for (Backend* b : step.backends) KITE_TRY(b->synchronize());
   return ok_status();
 }
 

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "src/core/backend.h"
+#include "src/core/comm.h"
 #include "src/core/planner.h"
 #include "src/core/split.h"
 #include "src/kv/kv_cache.h"
@@ -40,6 +41,11 @@ struct ContextOptions {
   // layer on the device, the lookup on the CPU; 0: all on the CPU). With device "cpu" and N > 0
   // the device is a second CPU backend instance (tests; measuring what a split costs).
   int32_t gpu_layers = -1;
+  // Tensor parallelism: ranks of a group on `device`, each running every layer over its slice
+  // of the heads and FFN width (model.h, TpRank), summing partial results with all_reduce.
+  // "cpu": ranks are threads of this process, n_threads shared among them (the sharding runs
+  // anywhere; no faster than one rank). Not with gpu_layers / placement.
+  int32_t tensor_parallel = 1;
   // Test hook, overrides gpu_layers: the backend (0: the CPU, 1: `device`) of each model part
   // (-1: the token embedding, 0..n_layer-1: the layers, n_layer: the output head).
   std::function<int(int32_t layer)> placement;
@@ -97,21 +103,26 @@ class Context {
 
  private:
   struct Step;
-  Context() = default;
+  class RankThreads;
+  Context();
   Status open_backends();
   Status check_device_memory() const;
   Result<Step*> step_for(int64_t n_tokens, int64_t n_outputs, OutputKind kind);
   Status dump_op(const Tensor& n, Backend& backend, int step_no);
+  // Runs the step's graphs: one, or with tensor parallelism every rank's at once.
+  Status compute(Step& step);
 
   std::shared_ptr<const Model> model_;
   ContextOptions opts_;
+  std::unique_ptr<Communicator> comm_;          // tensor parallelism: the ranks' group
+  std::unique_ptr<RankThreads> rank_threads_;  // runs ranks 1.. beside the caller's rank 0
   std::vector<std::unique_ptr<Backend>> backends_;
   std::vector<Backend*> backend_ptrs_;
   std::function<int(int32_t layer)> placement_;
   std::unique_ptr<KvCache> kv_;
   std::map<std::tuple<int64_t, int64_t, OutputKind>, std::unique_ptr<Step>> steps_;  // (tokens, outputs, kind)
   std::vector<std::unique_ptr<Buffer>> arenas_;  // per backend, sized to the largest plan
-  std::vector<uint8_t> copy_staging_;            // device-to-device copies
+  std::vector<std::vector<uint8_t>> copy_staging_;  // per rank: device-to-device copies
   SplitStats split_stats_;
   int last_splits_ = 0, last_copies_ = 0;
   std::vector<float> logits_;

@@ -1,5 +1,5 @@
 /* test_c_api_device.c — the C API test, continued: choosing the compute device and the layer
- * split (kite_context_params.device and .gpu_layers, kite_device_name). On the CPU a split runs
+ * split (kite_context_params.device, .gpu_layers and .tensor_parallel, kite_device_name). On the CPU a split runs
  * over two CPU backends, whose logits must be bitwise the unsplit ones. */
 #include <math.h>
 #include <stdlib.h>
@@ -74,6 +74,13 @@ void test_placement(void) {
   CHECK(strstr(kite_last_error(), "cpu") != NULL, "the message lists the devices: %s", kite_last_error());
   p.device = "";
   CHECK_ERROR(kite_context_new(m, &p, &c), KITE_ERROR_INVALID_ARGUMENT, "device ''");
+  /* Tensor parallelism: 1 rank by default; 0 is invalid; this model's one KV head does not split. */
+  p = kite_context_default_params();
+  CHECK(p.tensor_parallel == 1, "default tensor_parallel %d", p.tensor_parallel);
+  p.tensor_parallel = 0;
+  CHECK_ERROR(kite_context_new(m, &p, &c), KITE_ERROR_INVALID_ARGUMENT, "tensor_parallel must be >= 1, got 0");
+  p.tensor_parallel = 2;
+  CHECK_ERROR(kite_context_new(m, &p, &c), KITE_ERROR_FAILED, "KV heads (1) is not divisible by 2");
   CHECK(c == NULL, "no context");
 
   int32_t ids[64];
