@@ -208,3 +208,49 @@ TEST_CASE("cuda: a model that does not fit the GPU is a clear error at load, not
   CHECK((*ok)->eval(l.tok->encode("Once upon a time", eo)).ok());
 }
 #endif
+
+TEST_CASE("cuda: two GPU ranks (tensor parallelism over NCCL) give one GPU's logits and greedy text") {
+#ifdef KITE_CUDA_EMU
+  // Two emulated GPUs (the count is read at every query); the emulator's NCCL stand-in sums on
+  // the host (backends/cuda/emu/nccl.cpp).
+  setenv("KITE_CUDA_EMU_DEVICES", "2", 1);
+  struct Restore {
+    ~Restore() { unsetenv("KITE_CUDA_EMU_DEVICES"); }
+  } restore;
+#endif
+  if (!have_gpu("tensor parallelism")) return;
+  if (device_count() < 2) {
+    MESSAGE("cuda: tensor parallelism skipped: ", device_count(), " GPU (needs 2)");
+    return;
+  }
+  const LoadedModel& l = load_model("gguf/llama-target-Q4_K_M.gguf");
+  auto ctx = [&](int32_t ranks) {
+    ContextOptions o;
+    o.n_ctx = 128;
+    o.device = "cuda";
+    o.tensor_parallel = ranks;
+    auto c = Context::create(l.model, o);
+    REQUIRE_MESSAGE(c.ok(), (c.ok() ? std::string() : c.error().message));
+    return std::move(*c);
+  };
+  auto one = ctx(1), two = ctx(2);
+  CHECK(two->n_backends() == 2);
+  CHECK(&two->kv().tensors(1).k[0]->buffer->backend() == &two->backend(1));  // rank 1's KV on GPU 1
+  EncodeOptions eo;
+  const std::vector<int32_t> prompt = l.tok->encode("Once upon a time, the king of the land said", eo);
+  REQUIRE(one->eval(prompt).ok());
+  REQUIRE(two->eval(prompt).ok());
+  double num = 0, den = 0;
+  const auto a = one->logits(0), b = two->logits(0);
+  for (size_t i = 0; i < a.size(); ++i) num += (a[i] - b[i]) * (a[i] - b[i]), den += a[i] * a[i];
+  CHECK(num / den < 1e-4);  // (int8 activations: see test_tensor_parallel.cpp)
+  int32_t t1 = argmax_of(a), t2 = argmax_of(b);
+  for (int step = 0; step < 12; ++step) {
+    REQUIRE(t1 == t2);
+    const BatchToken x{t1, 0, true};
+    REQUIRE(one->decode(std::span<const BatchToken>(&x, 1)).ok());
+    REQUIRE(two->decode(std::span<const BatchToken>(&x, 1)).ok());
+    t1 = argmax_of(one->logits(0));
+    t2 = argmax_of(two->logits(0));
+  }
+}
