@@ -233,6 +233,20 @@ TEST_CASE("cuda: two GPU ranks (tensor parallelism over NCCL) give one GPU's log
     REQUIRE_MESSAGE(c.ok(), (c.ok() ? std::string() : c.error().message));
     return std::move(*c);
   };
+#ifdef KITE_CUDA_EMU
+  {  // Each rank's share is checked against its GPU's free memory at load (4 MiB: too little).
+    setenv("KITE_CUDA_EMU_MEMORY_MB", "4", 1);
+    ContextOptions o;
+    o.n_ctx = 128;
+    o.device = "cuda";
+    o.tensor_parallel = 2;
+    auto small = Context::create(l.model, o);
+    unsetenv("KITE_CUDA_EMU_MEMORY_MB");
+    REQUIRE_FALSE(small.ok());
+    MESSAGE(small.error().message);
+    CHECK(small.error().message.find("does not fit in device memory over 2 ranks: rank 0 needs") != std::string::npos);
+  }
+#endif
   auto one = ctx(1), two = ctx(2);
   CHECK(two->n_backends() == 2);
   CHECK(&two->kv().tensors(1).k[0]->buffer->backend() == &two->backend(1));  // rank 1's KV on GPU 1

@@ -205,22 +205,23 @@ Tensor* Model::build_forward(Graph& g, const ForwardInputs& in, const KvTensors&
 }
 
 size_t Model::weight_bytes(const std::function<bool(int32_t layer)>& part,
-                           const std::function<bool(const Tensor&)>& skip) const {
+                           const std::function<bool(const Tensor&)>& skip, TpRank tp) const {
+  const std::vector<LayerWeights>& layers = layers_for(tp);
   std::unordered_set<const void*> seen;
   size_t bytes = 0;
   auto add = [&](const Tensor* t) {
     if (t != nullptr && seen.insert(t->data).second && !(skip && skip(*t))) bytes += t->nbytes();
   };
   if (part(-1)) add(tok_embd_);
-  for (size_t il = 0; il < layers_.size(); ++il) {
+  for (size_t il = 0; il < layers.size(); ++il) {
     if (!part(static_cast<int32_t>(il))) continue;
-    const LayerWeights& l = layers_[il];
+    const LayerWeights& l = layers[il];
     for (const Tensor* t : {l.attn_norm, l.wq, l.wk, l.wv, l.wo, l.bq, l.bk, l.bv, l.q_norm, l.k_norm, l.ffn_norm,
                             l.w_gate, l.w_up, l.w_down})
       add(t);
     add(rope_freqs_);
   }
-  if (part(static_cast<int32_t>(layers_.size()))) {
+  if (part(static_cast<int32_t>(layers.size()))) {
     add(output_norm_);
     add(output_);
   }

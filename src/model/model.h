@@ -101,9 +101,10 @@ class Model {
   HParams rank_hparams(int32_t world) const;
 
   // Bytes of the weights read by the model parts for which `part(layer)` is true (layer as in
-  // build_forward's tags); a tensor shared by two parts (tied embeddings) counts once.
+  // build_forward's tags); a tensor shared by two parts (tied embeddings) counts once. With
+  // tp.world > 1, rank tp.rank's share (its layer slices, the whole embedding and head).
   size_t weight_bytes(const std::function<bool(int32_t layer)>& part,
-                      const std::function<bool(const Tensor&)>& skip = {}) const;
+                      const std::function<bool(const Tensor&)>& skip = {}, TpRank tp = {}) const;
 
  private:
   Model() = default;

@@ -88,7 +88,7 @@ Result<std::unique_ptr<Context>> Context::create(std::shared_ptr<const Model> mo
   c->model_ = std::move(model);
   c->opts_ = opts;
   KITE_TRY(c->open_backends());
-  if (opts.tensor_parallel <= 1) KITE_TRY(c->check_device_memory());  // (GPU ranks: not checked yet)
+  KITE_TRY(c->check_device_memory());
   KvCacheOptions ko;
   ko.n_ctx = opts.n_ctx;
   ko.n_seqs = opts.n_seqs;
@@ -178,6 +178,24 @@ Status Context::check_device_memory() const {
   const int64_t n_blocks = opts_.kv_blocks > 0 ? opts_.kv_blocks : (opts_.n_ctx + bs - 1) / bs * opts_.n_seqs;
   const quant::TypeTraits* tt = quant::find_traits(opts_.kv_type);
   if (tt == nullptr || n_blocks <= 0) return ok_status();  // KvCache::create names the problem
+  if (const int32_t world = opts_.tensor_parallel; world > 1) {
+    // Each rank: its slices of every layer, the whole embedding and head, its KV heads.
+    const size_t kv_rank = KvCache::layer_bytes(model_->rank_hparams(world), opts_.kv_type, static_cast<int32_t>(bs),
+                                                n_blocks) * static_cast<size_t>(hp.n_layer);
+    for (int32_t r = 0; r < world; ++r) {
+      const Backend& be = *backends_[static_cast<size_t>(r)];
+      const std::optional<MemoryInfo> mem = be.memory_info();
+      if (!mem) continue;
+      const size_t weights = model_->weight_bytes([](int32_t) { return true; },
+                                                  [&](const Tensor& t) { return be.holds_weight(t); }, TpRank{r, world});
+      if (weights + kv_rank <= mem->free) continue;
+      return make_error(be.name(), ": the model does not fit in device memory over ", world, " ranks: rank ", r,
+                        " needs ", (weights + kv_rank) / kMiB, " MiB (weights ", weights / kMiB, " MiB, KV cache ",
+                        kv_rank / kMiB, " MiB), but only ", mem->free / kMiB, " MiB of ", mem->total / kMiB,
+                        " MiB are free; use more ranks or shrink the KV cache (--ctx, --kv-memory)");
+    }
+    return ok_status();
+  }
   const size_t kv_layer = KvCache::layer_bytes(hp, opts_.kv_type, static_cast<int32_t>(bs), n_blocks);
   for (size_t b = 0; b < backends_.size(); ++b) {
     const std::optional<MemoryInfo> mem = backends_[b]->memory_info();
