@@ -1,8 +1,7 @@
 #include "backends/cuda/cublas_api.h"
 
 #include "backends/cuda/cuda_backend.h"
-
-#include <dlfcn.h>
+#include "backends/cuda/dynlib.h"
 
 #include <mutex>
 #include <string>
@@ -14,26 +13,9 @@ namespace {
 #define KITE_CUDA_LIBDIR "/usr/local/cuda/lib64"
 #endif
 
-template <class F>
-bool resolve(void* lib, const char* name, F* out) {
-  *out = reinterpret_cast<F>(dlsym(lib, name));
-  return *out != nullptr;
-}
-
 Result<CublasApi> load() {
-  // The soname of the toolkit kite was built with, found by the dynamic loader's search path
-  // (ldconfig, LD_LIBRARY_PATH), then in the toolkit's folder as it was at build time.
   const std::string soname = "libcublas.so." + std::to_string(CUBLAS_VER_MAJOR);
-  const std::string candidates[] = {soname, std::string(KITE_CUDA_LIBDIR) + "/" + soname};
-  std::string tried;
-  void* lib = nullptr;
-  for (const std::string& c : candidates) {
-    lib = dlopen(c.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (lib != nullptr) break;
-    const char* why = dlerror();
-    tried += (tried.empty() ? "" : "; ") + c + ": " + (why ? why : "not found");
-  }
-  if (lib == nullptr) return make_error("cuda: cannot load cuBLAS (", tried, ")");
+  KITE_ASSIGN_OR_RETURN(void* lib, open_library(soname, {KITE_CUDA_LIBDIR}, "cuBLAS"));
   CublasApi api;
   const bool ok = resolve(lib, "cublasCreate_v2", &api.create) && resolve(lib, "cublasDestroy_v2", &api.destroy) &&
                   resolve(lib, "cublasSetStream_v2", &api.set_stream) && resolve(lib, "cublasSgemm_v2", &api.sgemm) &&

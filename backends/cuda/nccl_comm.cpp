@@ -1,7 +1,8 @@
 #include "backends/cuda/nccl_comm.h"
 
+#include "backends/cuda/dynlib.h"
+
 #include <cuda_runtime_api.h>
-#include <dlfcn.h>
 #include <nccl.h>
 
 #include <mutex>
@@ -23,29 +24,14 @@ struct NcclApi {
   decltype(&ncclGetErrorString) error_string = nullptr;
 };
 
-template <class F>
-bool resolve(void* lib, const char* name, F* out) {
-  *out = reinterpret_cast<F>(dlsym(lib, name));
-  return *out != nullptr;
-}
-
 Result<NcclApi> load() {
   const std::string soname = "libnccl.so." + std::to_string(NCCL_MAJOR);
-  const std::string candidates[] = {soname, std::string(KITE_CUDA_LIBDIR) + "/" + soname,
-                                    std::string(KITE_CUDA_LIBDIR) + "/../lib/" + soname};
-  std::string tried;
-  void* lib = nullptr;
-  for (const std::string& c : candidates) {
-    lib = dlopen(c.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (lib != nullptr) break;
-    const char* why = dlerror();
-    tried += (tried.empty() ? "" : "; ") + c + ": " + (why ? why : "not found");
-  }
-  if (lib == nullptr) return make_error("cuda: tensor parallelism needs NCCL, which cannot be loaded (", tried, ")");
+  KITE_ASSIGN_OR_RETURN(void* handle, open_library(soname, {KITE_CUDA_LIBDIR, std::string(KITE_CUDA_LIBDIR) + "/../lib"},
+                                                   "NCCL, which tensor parallelism needs"));
   NcclApi api;
-  if (!(resolve(lib, "ncclCommInitAll", &api.init_all) && resolve(lib, "ncclAllReduce", &api.all_reduce) &&
-        resolve(lib, "ncclCommAbort", &api.abort) && resolve(lib, "ncclCommDestroy", &api.destroy) &&
-        resolve(lib, "ncclGetErrorString", &api.error_string))) {
+  if (!(resolve(handle, "ncclCommInitAll", &api.init_all) && resolve(handle, "ncclAllReduce", &api.all_reduce) &&
+        resolve(handle, "ncclCommAbort", &api.abort) && resolve(handle, "ncclCommDestroy", &api.destroy) &&
+        resolve(handle, "ncclGetErrorString", &api.error_string))) {
     const char* why = dlerror();
     return make_error("cuda: ", soname, " lacks an entry point kite needs (", why ? why : "?", ")");
   }
