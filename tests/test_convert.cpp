@@ -29,14 +29,14 @@ namespace {
 
 std::string convert_with(const std::string& in, const fs::path& out, const std::string& type, bool hf, bool quantize_order) {
   auto src = WeightSource::open(in);
-  REQUIRE_MESSAGE(src.ok(), src.error().message);
+  REQUIRE_MESSAGE(src.ok(), (src.ok() ? std::string() : src.error().message));
   ConvertOptions opt;
   opt.type = type;
   opt.threads = 2;
   opt.small_tensors_f32 = hf;
   opt.llama_quantize_order = quantize_order;
   auto st = convert_model(**src, out.string(), opt);
-  REQUIRE_MESSAGE(st.ok(), in, " -> ", type, ": ", st.error().message);
+  REQUIRE_MESSAGE(st.ok(), in, " -> ", type, ": ", (st.ok() ? std::string() : st.error().message));
   return out.string();
 }
 
@@ -47,15 +47,15 @@ std::string convert_to(const std::string& in, const fs::path& out, const std::st
 // llama.cpp's perplexity (-c 256) over the first `max_bytes` of heldout.txt (all of it for 0).
 double ppl(const std::string& model_path, size_t max_bytes) {
   auto src = WeightSource::open(model_path);
-  REQUIRE_MESSAGE(src.ok(), src.error().message);
+  REQUIRE_MESSAGE(src.ok(), (src.ok() ? std::string() : src.error().message));
   auto tok = Tokenizer::load((*src)->metadata());
-  REQUIRE_MESSAGE(tok.ok(), tok.error().message);
+  REQUIRE_MESSAGE(tok.ok(), (tok.ok() ? std::string() : tok.error().message));
   auto model = Model::from_source(std::move(*src));
-  REQUIRE_MESSAGE(model.ok(), model.error().message);
+  REQUIRE_MESSAGE(model.ok(), (model.ok() ? std::string() : model.error().message));
   ContextOptions co;
   co.n_ctx = 256;
   auto ctx = Context::create(*model, co);
-  REQUIRE_MESSAGE(ctx.ok(), ctx.error().message);
+  REQUIRE_MESSAGE(ctx.ok(), (ctx.ok() ? std::string() : ctx.error().message));
   std::string text = read_file(testdata("heldout.txt"));
   if (max_bytes > 0) text.resize(std::min(text.size(), max_bytes));
   EncodeOptions eo;
@@ -63,7 +63,7 @@ double ppl(const std::string& model_path, size_t max_bytes) {
   std::vector<TokenId> ids = (*tok)->encode(text, eo);
   ids.insert(ids.begin(), (*tok)->bos());
   auto r = perplexity_llama_cpp(**ctx, ids, (*tok)->bos(), 256);
-  REQUIRE_MESSAGE(r.ok(), r.error().message);
+  REQUIRE_MESSAGE(r.ok(), (r.ok() ? std::string() : r.error().message));
   return r->ppl;
 }
 
@@ -76,7 +76,7 @@ std::string greedy(const std::string& model_path) {
 
 gguf::File open_gguf(const std::string& path) {
   auto f = gguf::File::open(path);
-  REQUIRE_MESSAGE(f.ok(), f.error().message);
+  REQUIRE_MESSAGE(f.ok(), (f.ok() ? std::string() : f.error().message));
   return std::move(*f);
 }
 
@@ -326,11 +326,11 @@ std::vector<TokenId> corpus_tokens(const Tokenizer& tok, size_t bytes) {
 
 ImatrixRun draft_imatrix(int64_t chunks, int64_t n_ctx, bool include_output) {
   auto src = WeightSource::open(testdata("gguf/llama-draft-f16.gguf"));
-  REQUIRE_MESSAGE(src.ok(), src.error().message);
+  REQUIRE_MESSAGE(src.ok(), (src.ok() ? std::string() : src.error().message));
   auto tok = Tokenizer::load((*src)->metadata());
-  REQUIRE_MESSAGE(tok.ok(), tok.error().message);
+  REQUIRE_MESSAGE(tok.ok(), (tok.ok() ? std::string() : tok.error().message));
   auto model = Model::from_source(std::move(*src));
-  REQUIRE_MESSAGE(model.ok(), model.error().message);
+  REQUIRE_MESSAGE(model.ok(), (model.ok() ? std::string() : model.error().message));
   const std::vector<TokenId> ids = corpus_tokens(**tok, static_cast<size_t>(chunks * n_ctx * 6));
   REQUIRE(static_cast<int64_t>(ids.size()) >= chunks * n_ctx);
   ImatrixOptions opt;
@@ -340,7 +340,7 @@ ImatrixRun draft_imatrix(int64_t chunks, int64_t n_ctx, bool include_output) {
   opt.include_output = include_output;
   opt.dataset = "tinyshakespeare.txt";
   auto run = compute_imatrix(*model, ids, (*tok)->bos(), opt);
-  REQUIRE_MESSAGE(run.ok(), run.error().message);
+  REQUIRE_MESSAGE(run.ok(), (run.ok() ? std::string() : run.error().message));
   return std::move(*run);
 }
 
@@ -383,7 +383,7 @@ TEST_CASE("imatrix: llama-draft over a corpus slice gives every matmul weight, i
   CHECK(f.tensors()[1].name == "blk.0.attn_k.weight.counts");
   CHECK(f.find_tensor("blk.0.ffn_down.weight.in_sum2")->ne == std::vector<int64_t>{768, 1});
   auto back = load_imatrix(path);
-  REQUIRE_MESSAGE(back.ok(), back.error().message);
+  REQUIRE_MESSAGE(back.ok(), (back.ok() ? std::string() : back.error().message));
   CHECK(back->entries.size() == m.entries.size());
   for (const auto& [name, e] : m.entries) {
     const ImatrixEntry& b = back->entries.at(name);
@@ -420,7 +420,7 @@ TEST_CASE("quantize: --imatrix lowers held-out perplexity at q2_K") {
     opt.llama_quantize_order = true;
     opt.importance = imp;
     auto st = convert_model(**src, (dir / out).string(), opt);
-    REQUIRE_MESSAGE(st.ok(), st.error().message);
+    REQUIRE_MESSAGE(st.ok(), (st.ok() ? std::string() : st.error().message));
     return *st;
   };
   const ConvertStats plain = quantize("plain.gguf", nullptr);

@@ -46,15 +46,15 @@ struct Loaded {
 
 Loaded load(const std::string& path, int64_t n_ctx = 256, DType kv = DType::F32) {
   auto model = Model::load(path);
-  REQUIRE_MESSAGE(model.ok(), model.error().message);
+  REQUIRE_MESSAGE(model.ok(), (model.ok() ? std::string() : model.error().message));
   auto tok = Tokenizer::load((*model)->source().metadata());
-  REQUIRE_MESSAGE(tok.ok(), tok.error().message);
+  REQUIRE_MESSAGE(tok.ok(), (tok.ok() ? std::string() : tok.error().message));
   ContextOptions opts;
   opts.n_ctx = n_ctx;
   opts.kv_type = kv;
   opts.n_threads = 2;
   auto ctx = Context::create(*model, opts);
-  REQUIRE_MESSAGE(ctx.ok(), ctx.error().message);
+  REQUIRE_MESSAGE(ctx.ok(), (ctx.ok() ? std::string() : ctx.error().message));
   return {*model, *tok, std::move(*ctx)};
 }
 
@@ -72,7 +72,7 @@ Compare check_reference(const std::string& path, const nlohmann::json& ref, DTyp
     REQUIRE(ids.size() >= 2);
     CHECK(ids[0] == l.tok->bos());
     auto got = embed(*l.ctx, ids);
-    REQUIRE_MESSAGE(got.ok(), got.error().message);
+    REQUIRE_MESSAGE(got.ok(), (got.ok() ? std::string() : got.error().message));
     REQUIRE(got->size() == want.size());
     CHECK(std::fabs(norm(*got) - 1.0) < 1e-5);
     const Compare c = compare(*got, want);
@@ -232,7 +232,7 @@ TEST_CASE("embed: model loading reports progress and can be cancelled") {
     return true;
   };
   auto m = Model::load(path, opts);
-  REQUIRE_MESSAGE(m.ok(), m.error().message);
+  REQUIRE_MESSAGE(m.ok(), (m.ok() ? std::string() : m.error().message));
   REQUIRE(calls.size() >= 2);
   const size_t total = calls.back().second;
   CHECK(total >= static_cast<size_t>((*m)->hparams().n_layer));

@@ -37,7 +37,7 @@ const Pair kPairs[] = {
 
 std::unique_ptr<WeightSource> open_source(const std::string& path) {
   auto r = WeightSource::open(path);
-  REQUIRE_MESSAGE(r.ok(), r.error().message);
+  REQUIRE_MESSAGE(r.ok(), (r.ok() ? std::string() : r.error().message));
   return std::move(*r);
 }
 
@@ -157,7 +157,7 @@ std::string config_json(const std::string& extra, const std::string& arch = "Lla
 
 kite::hf::Config parse_ok(const std::string& json) {
   auto c = kite::hf::parse_config(json, "cfg.json");
-  REQUIRE_MESSAGE(c.ok(), c.error().message);
+  REQUIRE_MESSAGE(c.ok(), (c.ok() ? std::string() : c.error().message));
   return *c;
 }
 
@@ -402,7 +402,7 @@ TEST_CASE("hf: config.json variants") {
 TEST_CASE("hf: tensor name tables") {
   auto name = [](const char* arch, const char* hf) -> std::string {
     auto r = kite::hf::gguf_tensor_name(arch, hf);
-    REQUIRE_MESSAGE(r.ok(), r.error().message);
+    REQUIRE_MESSAGE(r.ok(), (r.ok() ? std::string() : r.error().message));
     return r->has_value() ? **r : std::string("<skip>");
   };
   CHECK(name("llama", "model.embed_tokens.weight") == "token_embd.weight");
@@ -441,7 +441,7 @@ TEST_CASE("hf: tokenizer variants") {
     files.source = "tok";
     Metadata m("tok");
     auto st = kite::hf::add_tokenizer_metadata(files, hints, m);
-    REQUIRE_MESSAGE(st.ok(), st.error().message);
+    REQUIRE_MESSAGE(st.ok(), (st.ok() ? std::string() : st.error().message));
     return m;
   };
   auto convert_error = [](const std::string& tok, const std::string& what) {

@@ -39,7 +39,7 @@ struct Fixture {
     o.n_blocks = n_blocks;
     o.type = type;
     auto c = KvCache::create(tiny_hparams(), o, *backend);
-    REQUIRE_MESSAGE(c.ok(), c.error().message);
+    REQUIRE_MESSAGE(c.ok(), (c.ok() ? std::string() : c.error().message));
     kv = std::move(*c);
   }
   // Writes a marker value into every layer's K and V row at the slot of (seq, pos).

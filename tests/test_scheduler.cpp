@@ -26,7 +26,7 @@ std::unique_ptr<Context> make_context(int32_t n_seqs, int64_t kv_blocks = 0, boo
   o.prefix_cache = prefix_cache;
   o.n_threads = 2;
   auto c = Context::create(engine().model, o);
-  REQUIRE_MESSAGE(c.ok(), c.error().message);
+  REQUIRE_MESSAGE(c.ok(), (c.ok() ? std::string() : c.error().message));
   return std::move(*c);
 }
 
@@ -84,11 +84,11 @@ std::vector<Outcome> run_all(Context& ctx, const std::vector<std::vector<int32_t
   std::vector<uint64_t> ids;
   for (size_t i = 0; i < ps.size(); ++i) {
     auto id = s.submit(col.make(ps[i], greedy(max_tokens + static_cast<int32_t>(i % 5) * 3)));
-    REQUIRE_MESSAGE(id.ok(), id.error().message);
+    REQUIRE_MESSAGE(id.ok(), (id.ok() ? std::string() : id.error().message));
     ids.push_back(*id);
   }
   auto st = s.run_until_idle();
-  REQUIRE_MESSAGE(st.ok(), st.error().message);
+  REQUIRE_MESSAGE(st.ok(), (st.ok() ? std::string() : st.error().message));
   if (stats) *stats = s.stats();
   std::vector<Outcome> out;
   for (uint64_t id : ids) out.push_back(col.at(id, 0));
@@ -280,7 +280,7 @@ TEST_CASE("scheduler: a JSON schema constrains sampled output on a real model") 
     "age":{"type":"integer"},"tags":{"type":"array","items":{"enum":["a","b"]},"maxItems":3}},
     "required":["name","age"]})";
   auto g = Grammar::from_json_schema(schema);
-  REQUIRE_MESSAGE(g.ok(), g.error().message);
+  REQUIRE_MESSAGE(g.ok(), (g.ok() ? std::string() : g.error().message));
   auto ctx = make_context(8);
   Scheduler s(*ctx, engine().tok);
   Collector col;
@@ -324,7 +324,7 @@ TEST_CASE("scheduler: forks, cancellations and preemption together leave nothing
     auto r = col.make(ps[i], p);
     r.on_done = [&](const Usage&) { ++done_calls; };
     auto id = s.submit(std::move(r));
-    REQUIRE_MESSAGE(id.ok(), id.error().message);
+    REQUIRE_MESSAGE(id.ok(), (id.ok() ? std::string() : id.error().message));
     ids.push_back(*id);
   }
   for (int i = 0; i < 6; ++i) REQUIRE(s.step().ok());

@@ -25,7 +25,7 @@ std::unique_ptr<Context> make_context(int32_t n_seqs) {
   o.n_seqs = n_seqs;
   o.n_threads = 2;
   auto c = Context::create(model().model, o);
-  REQUIRE_MESSAGE(c.ok(), c.error().message);
+  REQUIRE_MESSAGE(c.ok(), (c.ok() ? std::string() : c.error().message));
   return std::move(*c);
 }
 

@@ -26,15 +26,15 @@ struct Direct {
 
 Direct direct_logprobs(const std::vector<int32_t>& ids) {
   auto model = Model::load(model_dir());
-  REQUIRE_MESSAGE(model.ok(), model.error().message);
+  REQUIRE_MESSAGE(model.ok(), (model.ok() ? std::string() : model.error().message));
   auto tok = Tokenizer::load((*model)->source().metadata());
-  REQUIRE_MESSAGE(tok.ok(), tok.error().message);
+  REQUIRE_MESSAGE(tok.ok(), (tok.ok() ? std::string() : tok.error().message));
   ContextOptions opts;
   opts.n_ctx = 256;
   opts.kv_type = DType::F16;  // as the server's default
   opts.n_threads = 2;
   auto ctx = Context::create(*model, opts);
-  REQUIRE_MESSAGE(ctx.ok(), ctx.error().message);
+  REQUIRE_MESSAGE(ctx.ok(), (ctx.ok() ? std::string() : ctx.error().message));
   REQUIRE((*ctx)->eval(ids, 0, /*all_logits=*/true).ok());
   Direct d;
   d.tok = *tok;

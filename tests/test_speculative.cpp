@@ -278,7 +278,7 @@ std::unique_ptr<Context> make_context(const std::shared_ptr<const Model>& m, int
   o.n_seqs = n_seqs;
   o.n_threads = 2;
   auto c = Context::create(m, o);
-  REQUIRE_MESSAGE(c.ok(), c.error().message);
+  REQUIRE_MESSAGE(c.ok(), (c.ok() ? std::string() : c.error().message));
   return std::move(*c);
 }
 
@@ -317,10 +317,10 @@ Run run_all(Context& ctx, Context* draft, const std::vector<std::vector<int32_t>
       if (e.token >= 0) r.tokens[i].push_back(e.token), r.logprobs[i].push_back(e.logprob);
     };
     auto id = s.submit(std::move(q));
-    REQUIRE_MESSAGE(id.ok(), id.error().message);
+    REQUIRE_MESSAGE(id.ok(), (id.ok() ? std::string() : id.error().message));
   }
   auto st = s.run_until_idle();
-  REQUIRE_MESSAGE(st.ok(), st.error().message);
+  REQUIRE_MESSAGE(st.ok(), (st.ok() ? std::string() : st.error().message));
   r.stats = s.stats();
   return r;
 }
@@ -427,7 +427,7 @@ TEST_CASE("speculative: a draft that never proposes backs off to O(log n) probes
 TEST_CASE("speculative: grammar-constrained and logprob requests verify each position like a plain step") {
   auto g = Grammar::from_json_schema(R"({"type":"object","properties":{"name":{"type":"string","maxLength":24},
     "lines":{"type":"array","items":{"type":"string","maxLength":30},"maxItems":3}},"required":["name","lines"]})");
-  REQUIRE_MESSAGE(g.ok(), g.error().message);
+  REQUIRE_MESSAGE(g.ok(), (g.ok() ? std::string() : g.error().message));
   const auto ps = prompts(4);
   GenerationParams gp;
   gp.sampling.temperature = 0.f;

@@ -34,7 +34,7 @@ std::unique_ptr<Context> make_ctx(const LoadedModel& l, int32_t gpu_layers, std:
   o.gpu_layers = gpu_layers;
   o.placement = std::move(placement);
   auto c = Context::create(l.model, o);
-  REQUIRE_MESSAGE(c.ok(), c.error().message);
+  REQUIRE_MESSAGE(c.ok(), (c.ok() ? std::string() : c.error().message));
   return std::move(*c);
 }
 
@@ -350,7 +350,7 @@ TEST_CASE("split: a model that does not fit the device is an error at load that 
   }
   o.gpu_layers = 2;
   auto fits = Context::create(l.model, o);
-  REQUIRE_MESSAGE(fits.ok(), fits.error().message);
+  REQUIRE_MESSAGE(fits.ok(), (fits.ok() ? std::string() : fits.error().message));
   CHECK((*fits)->n_backends() == 2);
   CHECK((*fits)->backend(1).name() == "small-device");
   const auto prompt = l.tok->encode("First Citizen:", {.add_special = true});
