@@ -1,5 +1,6 @@
 #include "backends/cpu/cpu_backend.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
@@ -144,8 +145,9 @@ class CpuBackend final : public Backend {
 }  // namespace
 
 Result<std::unique_ptr<Backend>> make_cpu_backend(const BackendOptions& opts) {
-  const int n = opts.n_threads > 0 ? opts.n_threads : ThreadPool::physical_cores();
+  int n = opts.n_threads > 0 ? opts.n_threads : ThreadPool::physical_cores();
   if (opts.comm != nullptr) {
+    if (opts.n_threads <= 0) n = std::max(1, n / opts.comm->world());  // the group's ranks share the cores
     if (opts.comm->backend() != "cpu")
       return make_error("cpu: a tensor-parallel group of another backend (", opts.comm->backend(), ")");
     if (opts.rank < 0 || opts.rank >= opts.comm->world())

@@ -39,7 +39,7 @@ struct MemoryInfo {
 class Communicator;
 
 struct BackendOptions {
-  int n_threads = 0;  // CPU: 0 = all physical cores
+  int n_threads = 0;  // CPU: 0 = all physical cores (with a tensor-parallel group: its share of them)
   int device = 0;     // GPU index
   // Tensor parallelism: the group this backend's all_reduce nodes sum over, and its rank there
   // (the communicator must come from create_communicator for this backend and outlive it).

@@ -125,8 +125,8 @@ Status Context::open_backends() {
     KITE_TRY(model_->check_tensor_parallel(world));
     const std::string kind = opts_.device.substr(0, opts_.device.find(':'));
     KITE_ASSIGN_OR_RETURN(comm_, create_communicator(kind, world));
-    const int threads = opts_.n_threads > 0 ? opts_.n_threads : static_cast<int>(std::thread::hardware_concurrency());
-    bo.n_threads = std::max(1, threads / world);  // (the CPU ranks share the cores)
+    // CPU ranks share the threads asked for (0: the CPU backend splits the physical cores).
+    bo.n_threads = opts_.n_threads > 0 ? std::max(1, opts_.n_threads / world) : 0;
     bo.comm = comm_.get();
     for (int32_t r = 0; r < world; ++r) {
       bo.rank = r;
