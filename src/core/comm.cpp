@@ -1,6 +1,5 @@
 #include "src/core/comm.h"
 
-#include <algorithm>
 #include <cstring>
 #include <utility>
 
