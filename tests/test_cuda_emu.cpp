@@ -1,16 +1,18 @@
 // The CPU CUDA emulator itself (backends/cuda/emu, built with -DKITE_CUDA_EMU=ON): the CUDA
 // backend's tests are only as good as its emulation, so its block/warp cooperation, its failure
-// detection, its stream ordering, its graph capture and its warp matrix functions (wmma) are
-// checked here with kernels written for the purpose.
+// detection, its stream ordering, its graph capture, its warp matrix functions (wmma) and its
+// mma.sync (backends/cuda/mma.cuh) are checked here with kernels written for the purpose.
 #include <doctest/doctest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <vector>
 
 #include "backends/cuda/emu/include/mma.h"
 #include "backends/cuda/launch.cuh"
+#include "backends/cuda/mma.cuh"
 
 namespace {
 
@@ -394,4 +396,76 @@ TEST_CASE("cuda-emu: wmma fails the kernel on a misaligned pointer, a bad stride
   CHECK(cudaDeviceSynchronize() == cudaSuccess);  // (cleared; the probe above is the passing case)
   CHECK(cudaFree(a) == cudaSuccess);
   CHECK(cudaFree(d) == cudaSuccess);
+}
+
+// ---- mma.sync with 8-bit inputs (backends/cuda/mma.cuh, emu/ptx_mma.h) ------------------------
+namespace {
+
+// One warp per block: each lane gathers its registers of A (16 x 32, row major, a[i * 32 + e]),
+// B (32 x 8, column major, b[j * 32 + e]) and C (16 x 8, row major) by mma.cuh's layout table,
+// multiplies (block 0: one m16n8k32; block 1: two m16n8k16, one per half of k) and scatters D.
+__global__ void mma_probe(const signed char* a, const signed char* b, const int* c, int* d) {
+  const int lane = threadIdx.x, g = lane / 4, t = lane % 4;
+  auto word = [](const signed char* p) {
+    int v;
+    std::memcpy(&v, p, 4);
+    return v;
+  };
+  const int ra[4] = {word(a + g * 32 + 4 * t), word(a + (g + 8) * 32 + 4 * t), word(a + g * 32 + 16 + 4 * t),
+                     word(a + (g + 8) * 32 + 16 + 4 * t)};
+  const int rb[2] = {word(b + g * 32 + 4 * t), word(b + g * 32 + 16 + 4 * t)};
+  const int at[4] = {g * 8 + 2 * t, g * 8 + 2 * t + 1, (g + 8) * 8 + 2 * t, (g + 8) * 8 + 2 * t + 1};
+  int acc[4];
+  for (int i = 0; i < 4; ++i) acc[i] = c[at[i]];
+  if (blockIdx.x == 0) {
+    kite::cuda::mma_s8_k32(acc, ra, rb);
+  } else {
+    kite::cuda::mma_s8_k16(acc, ra[0], ra[1], rb[0]);
+    kite::cuda::mma_s8_k16(acc, ra[2], ra[3], rb[1]);
+  }
+  for (int i = 0; i < 4; ++i) d[blockIdx.x * 128 + at[i]] = acc[i];
+}
+
+__global__ void mma_half_warp(int* d) {
+  int acc[4] = {0, 0, 0, 0};
+  const int a[4] = {1, 1, 1, 1}, b[2] = {1, 1};
+  if (threadIdx.x < 16) kite::cuda::mma_s8_k32(acc, a, b);
+  d[threadIdx.x] = acc[0];
+}
+
+}  // namespace
+
+TEST_CASE("cuda-emu: mma.sync s8 follows the PTX fragment layouts, wraps like int32, needs the whole warp") {
+  std::mt19937 gen(9500);
+  std::uniform_int_distribution<int> i8(-128, 127), i32(-100000, 100000);
+  std::vector<signed char> a(16 * 32), b(8 * 32);
+  std::vector<int> c(16 * 8), d(2 * 128, -1);
+  for (auto& v : a) v = static_cast<signed char>(i8(gen));
+  for (auto& v : b) v = static_cast<signed char>(i8(gen));
+  for (auto& v : c) v = i32(gen);
+  c[5] = 0x7fffffff;  // (A row 0 and B column 5 all 127: the sum overflows and wraps)
+  for (int e = 0; e < 32; ++e) a[e] = b[5 * 32 + e] = 127;
+  signed char* da = to_device(a);
+  signed char* db = to_device(b);
+  int* dc = to_device(c);
+  int* dd = to_device(d);
+  KITE_KERNEL(2, 32, 0, nullptr, mma_probe)(da, db, dc, dd);
+  REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+  REQUIRE(cudaMemcpy(d.data(), dd, d.size() * sizeof(int), cudaMemcpyDeviceToHost) == cudaSuccess);
+  int bad = 0;
+  for (int i = 0; i < 16; ++i)
+    for (int j = 0; j < 8; ++j) {
+      int64_t s = c[i * 8 + j];
+      for (int e = 0; e < 32; ++e) s += a[i * 32 + e] * b[j * 32 + e];
+      const int want = static_cast<int>(static_cast<uint32_t>(static_cast<uint64_t>(s)));
+      bad += (d[i * 8 + j] != want) + (d[128 + i * 8 + j] != want);
+    }
+  CHECK(bad == 0);
+  CHECK(d[5] < 0);  // wrapped
+
+  KITE_KERNEL(1, 32, 0, nullptr, mma_half_warp)(dd);
+  CHECK(cudaDeviceSynchronize() == cudaErrorLaunchFailure);
+  kite::cuda::emu::clear_failure();
+  for (void* p : {static_cast<void*>(da), static_cast<void*>(db), static_cast<void*>(dc), static_cast<void*>(dd)})
+    CHECK(cudaFree(p) == cudaSuccess);
 }

@@ -2,8 +2,9 @@
 // every quantized weight type with more columns than the mat-vec kernels take, run through the
 // backend with KITE_CUDA_MMQ=1 and compared with the CPU backend and with an exact host model of
 // the kernel's arithmetic (the same int8 activations); the routing (KITE_CUDA_MMQ, the column
-// threshold). Without the CUDA backend or a device the cases skip, visibly. (The emulator's WMMA
-// functions are tested in test_cuda_emu.cpp.) (test_ops.cpp's "ops: mul_mat ..." cases run mmq too: it takes 9..256 columns.)
+// threshold). Without the CUDA backend or a device the cases skip, visibly. (The emulator's
+// mma.sync is tested in test_cuda_emu.cpp; test_ops.cpp's "ops: mul_mat ..." cases run mmq too:
+// it takes 9..256 columns.)
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -98,15 +99,18 @@ TEST_CASE("cuda: mmq matches the CPU backend and the int8 model, every quantized
   auto cpu = create_backend("cpu");
   REQUIRE(cpu.ok());
   const MmqEnv env("1");
-  // Odd row counts (partial 16-row warp tiles, one to three 64-row blocks), 9..256 columns (one to
-  // four 16-column tiles per block, partial tiles, up to four column blocks), 8 and 16 units per
-  // row; for the 32-element types also 2, 3 and 9 units (a partial 4-unit step).
-  const Shape shapes[] = {{256, 1, 9}, {512, 37, 16}, {256, 70, 17}, {256, 5, 33}, {256, 19, 64}, {512, 67, 100}};
+  // Odd row counts (partial 16-row warp tiles, one to three 64-row blocks), 9..256 columns (16-,
+  // 32- and 64-column blocks, partial 8-column tiles, up to four column blocks), 8 and 16 units
+  // per row; for the 32-element types also 2, 3 and 9 units (a partial 4-unit step). Split over
+  // k on the emulator's 4 SMs (mmq_splits): {512, 37, 16} in 2 ranges, {1024, 37, 20} in 4,
+  // {864, 70, 40} in 3 of 12, 12 and 3 units, {1280, 70, 40} in 4 of 12, 12, 12 and 4 units.
+  const Shape shapes[] = {{256, 1, 9},   {512, 37, 16}, {256, 70, 17},   {256, 5, 33},
+                          {256, 19, 64}, {512, 67, 100}, {1024, 37, 20}, {1280, 70, 40}};
   uint32_t seed = 9100;
   for (DType t : kQuantTypes) {
     std::vector<Shape> all(std::begin(shapes), std::end(shapes));
     if (quant::find_traits(t)->block_size == 32)
-      all.insert(all.end(), {{64, 21, 256}, {96, 130, 40}, {288, 33, 12}});
+      all.insert(all.end(), {{64, 21, 256}, {96, 130, 40}, {288, 33, 12}, {864, 70, 40}});
     else
       all.push_back({256, 64, 256});
     for (const Shape& s : all) {

@@ -48,6 +48,8 @@ Result<std::unique_ptr<Device>> Device::open(int index) {
   cudaDeviceProp prop{};
   KITE_CUDA_CHECK(cudaGetDeviceProperties(&prop, index));
   d->name_ = prop.name;
+  d->sm_count_ = std::max(1, prop.multiProcessorCount);
+  d->cc_ = 10 * prop.major + prop.minor;
   cudaStream_t s = nullptr;
   KITE_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   d->stream_.reset(s);

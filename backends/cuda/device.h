@@ -69,6 +69,9 @@ class Device {
 
   int index() const { return index_; }
   const std::string& name() const { return name_; }
+  int sm_count() const { return sm_count_; }
+  // Compute capability as 10 * major + minor (90 for an H100/H200).
+  int compute_capability() const { return cc_; }
   cudaStream_t stream() const { return stream_.get(); }
   // The cuBLAS handle, created on first use (most steps never call cuBLAS; creating one costs
   // tens of milliseconds and memory), and the library's entry points (cublas_api.h).
@@ -114,6 +117,8 @@ class Device {
 
   int index_ = 0;
   std::string name_;
+  int sm_count_ = 1;
+  int cc_ = 0;
   std::unique_ptr<CUstream_st, StreamDestroy> stream_;
   std::unique_ptr<cublasContext, CublasDestroy> cublas_;
   const CublasApi* blas_ = nullptr;
@@ -136,6 +141,7 @@ struct OpScratch {
   Scratch xh;     // F16 activations for cuBLAS
   Scratch w;      // dequantized weight chunk for cuBLAS
   Scratch part;   // attention partials
+  Scratch split;  // mmq's split-k partial sums
 };
 Status run_node(Device& dev, OpScratch& scratch, Tensor* n);
 

@@ -94,9 +94,14 @@ cudaError_t launch_mmvq_kquant(int type, const void* w, size_t row_bytes, int64_
 
 // ---- int8 tensor-core matrix-matrix product (k_mmq.cu) ------------------------------------
 // dst[c * ldd + i] = W row i · column c for any number of columns n, quantized W of `type` (the
-// types launch_mmvq takes), from launch_quantize_act's q/ds; WMMA int8 (sm_72+).
+// types launch_mmvq takes), from launch_quantize_act's q/ds; mma.sync int8 (sm_80+). On a device
+// of `sm_count` SMs the product may be split over k (mmq_splits ranges) to fill the SMs: then
+// `partial` holds splits * m * n floats of scratch (unused, may be null, for one range).
 cudaError_t launch_mmq(int type, const void* w, size_t row_bytes, int64_t k, int64_t m, const int8_t* q,
-                       const float* ds, int64_t n, float* dst, int64_t ldd, cudaStream_t s);
+                       const float* ds, int64_t n, float* dst, int64_t ldd, int sm_count, float* partial,
+                       cudaStream_t s);
+// How many k ranges launch_mmq splits an [k, m] x [k, n] product into on `sm_count` SMs.
+int mmq_splits(int64_t k, int64_t m, int64_t n, int sm_count);
 
 // ---- attention over the paged cache (k_attention.cu) --------------------------------------
 struct AttentionArgs {

@@ -4,9 +4,10 @@
 //
 // mul_mat: up to kMaxMmvCols activation columns take the matrix-vector kernels (int8 __dp4a for
 // quantized weights, f32 for float weights); quantized weights with up to kMmqMaxCols columns
-// take the int8 tensor-core kernel (launch_mmq); more columns dequantize the weights chunk by
-// chunk into scratch and call cuBLAS: F16 x F16 -> F32 (tensor cores) for quantized weights, f32
-// SGEMM for float weights (their results must match the CPU's f32 math closely).
+// take the int8 tensor-core kernel (launch_mmq, split over k when its blocks alone would leave
+// SMs idle); more columns dequantize the weights chunk by chunk into scratch and call cuBLAS:
+// F16 x F16 -> F32 (tensor cores) for quantized weights, f32 SGEMM for float weights (their
+// results must match the CPU's f32 math closely).
 //
 // attention: rows of prefill chunks (a sequence's run of kAttentionTcMinRun+ rows) on tensor
 // cores where the shape allows (k_attention_tc.cu), decode rows on the CUDA-core kernel.
@@ -61,9 +62,11 @@ bool uniform_rows(const Tensor* x) {
 // (prefill) dequantize to F16 for cuBLAS. 256 is a guess until measured on a GPU.
 constexpr int64_t kMmqMaxCols = 256;
 
-// Whether `cols` (> kMaxMmvCols) activation columns of a quantized weight take launch_mmq.
-// KITE_CUDA_MMQ=0 never, =1 always (read per call, so tests can switch it).
-bool use_mmq(int64_t cols) {
+// Whether `cols` (> kMaxMmvCols) activation columns of a quantized weight take launch_mmq
+// (never below sm_80, which lacks its mma.sync shapes). KITE_CUDA_MMQ=0 never, =1 always (read
+// per call, so tests can switch it).
+bool use_mmq(const Device& dev, int64_t cols) {
+  if (dev.compute_capability() < 80) return false;
   const char* env = std::getenv("KITE_CUDA_MMQ");
   if (env != nullptr && env[0] == '0' && env[1] == '\0') return false;
   if (env != nullptr && env[0] == '1' && env[1] == '\0') return true;
@@ -112,16 +115,23 @@ Status mul_mat(Device& dev, OpScratch& sc, Tensor* n) {
     KITE_LAUNCH(launch_mmv_float(tid(w->type), wp, w_row, k, m, xf, ldx, static_cast<int>(cols), dst, ldd, s));
     return ok_status();
   }
-  if (!is_float(w->type) && (cols <= kMaxMmvCols || use_mmq(cols))) {  // int8 activations
+  if (!is_float(w->type) && (cols <= kMaxMmvCols || use_mmq(dev, cols))) {  // int8 activations
     KITE_ASSIGN_OR_RETURN(void* qp, dev.scratch(sc.q, static_cast<size_t>(k * cols), "int8 activation"));
     KITE_ASSIGN_OR_RETURN(void* dsp, dev.scratch(sc.ds, static_cast<size_t>(k / 32 * cols) * 16, "activation scale"));
     const auto* q = static_cast<const int8_t*>(qp);
     const auto* ds = static_cast<const float*>(dsp);
     KITE_LAUNCH(launch_quantize_act(xf, ldx, k, cols, static_cast<int8_t*>(qp), static_cast<float*>(dsp), s));
-    if (cols <= kMaxMmvCols)
+    if (cols <= kMaxMmvCols) {
       KITE_LAUNCH(launch_mmvq(tid(w->type), wp, w_row, k, m, q, ds, static_cast<int>(cols), dst, ldd, s));
-    else
-      KITE_LAUNCH(launch_mmq(tid(w->type), wp, w_row, k, m, q, ds, cols, dst, ldd, s));
+      return ok_status();
+    }
+    float* partial = nullptr;
+    if (const int splits = mmq_splits(k, m, cols, dev.sm_count()); splits > 1) {
+      KITE_ASSIGN_OR_RETURN(void* pp, dev.scratch(sc.split, static_cast<size_t>(splits * m * cols) * sizeof(float),
+                                                  "split-k partial sums"));
+      partial = static_cast<float*>(pp);
+    }
+    KITE_LAUNCH(launch_mmq(tid(w->type), wp, w_row, k, m, q, ds, cols, dst, ldd, dev.sm_count(), partial, s));
     return ok_status();
   }
 
