@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Prepares what bench/cuda-device.sh needs on a lent GPU machine, HERE (no GPU needed), into
 # build-gpu-carry/ (ignored by git, under the 64 MiB the device tool carries with the tree):
-#   kite-bin.tar.xz  bin/: kite, kite-tests, kite-cuda-bandwidth from build-cuda (KITE_CUDA=ON,
-#                sm_90), stripped: the device image has CMake, ninja and nvcc but not the Debian
-#                packages kite builds against (nlohmann-json, CLI11, doctest, cpp-httplib);
+#   kite-bin.tar.xz  bin/: kite, kite-tests, kite-cuda-bandwidth, kite-cuda-matmul from
+#                build-cuda (KITE_CUDA=ON, sm_90), stripped: the device image has CMake, ninja
+#                and nvcc but not the Debian packages kite builds against (nlohmann-json,
+#                CLI11, doctest, cpp-httplib);
 #                lib/: the shared libraries they need beyond glibc/libstdc++ and CUDA's own
 #   testdata.tar.xz  the GGUF test files and heldout.txt (the GPU tests), compressed (49 -> 35 MB)
 #   or, with WITH_LLAMA=1, instead of the test data:
@@ -32,12 +33,12 @@ grep -q '^KITE_VULKAN:BOOL=ON' "$build/CMakeCache.txt" ||
   { echo "$build is not a KITE_VULKAN=ON build (cmake -DKITE_VULKAN=ON $build)" >&2; exit 1; }
 grep -q '^KITE_CUDA_ARCHITECTURES:STRING=90$' "$build/CMakeCache.txt" ||
   echo "warning: $build is not built for sm_90 only (bigger binaries)" >&2
-nice cmake --build "$build" --target kite kite-tests kite-cuda-bandwidth -j"${JOBS:-2}"
+nice cmake --build "$build" --target kite kite-tests kite-cuda-bandwidth kite-cuda-matmul -j"${JOBS:-2}"
 
 rm -rf "$carry"
 stage="$(mktemp -d)"
 mkdir -p "$stage/bin" "$stage/lib" "$carry"
-for exe in "$build/tools/kite" "$build/tests/kite-tests" "$build/bench/kite-cuda-bandwidth"; do
+for exe in "$build/tools/kite" "$build/tests/kite-tests" "$build/bench/kite-cuda-bandwidth" "$build/bench/kite-cuda-matmul"; do
   strip -o "$stage/bin/$(basename "$exe")" "$exe"
 done
 # Libraries beyond the C/C++ runtime and CUDA's (which the device image has).

@@ -15,6 +15,7 @@
 #      the model on the host (its build time is printed), then pp512, tg128 (tokens/s, achieved
 #      GB/s and % of step 2's bandwidth) and batched decode at 1, 16 and 64 sequences
 #   5. op conformance on CUDA: every op and weight type against the references (ops:*); then
+#      kite-cuda-matmul (mmq vs dequantize + cuBLAS per type and width at 8B shapes), and
 #      llama-1b Q4_K_M pp512 and batched decode 16/64 with KITE_CUDA_MMQ=1 and =0 (int8
 #      tensor-core matmul vs dequantize + cuBLAS: the data for mmq's column threshold), and a
 #      2048-token prefill with KITE_CUDA_ATTN_TC=1 and =0 (tensor-core vs CUDA-core attention)
@@ -90,7 +91,7 @@ carry="$root/build-gpu-carry"
 if [ -n "${BIN:-}" ]; then  # a build folder given (dry runs)
   bin="$work/bin"
   mkdir -p "$bin"
-  for exe in "$BIN/tools/kite" "$BIN/tests/kite-tests" "$BIN/bench/kite-cuda-bandwidth"; do
+  for exe in "$BIN/tools/kite" "$BIN/tests/kite-tests" "$BIN/bench/kite-cuda-bandwidth" "$BIN/bench/kite-cuda-matmul"; do
     [ -x "$exe" ] && ln -sf "$(cd "$(dirname "$exe")" && pwd)/$(basename "$exe")" "$bin/$(basename "$exe")"
   done
   echo "| binaries | from $BIN | | |" >>"$sum"
@@ -132,12 +133,13 @@ else
   command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
   run_step "configure" 120 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DKITE_CUDA=ON \
     -DKITE_CUDA_ARCHITECTURES=90 "${launcher[@]}" || { say "configure failed: see full.log"; exit 1; }
-  run_step "build" 300 cmake --build "$build" --target kite kite-tests kite-cuda-bandwidth -j16 ||
+  run_step "build" 300 cmake --build "$build" --target kite kite-tests kite-cuda-bandwidth kite-cuda-matmul -j16 ||
     { say "build failed: see full.log"; exit 1; }
   mkdir -p "$bin"
   ln -sf "$build/tools/kite" "$bin/kite"
   ln -sf "$build/tests/kite-tests" "$bin/kite-tests"
   ln -sf "$build/bench/kite-cuda-bandwidth" "$bin/kite-cuda-bandwidth"
+  ln -sf "$build/bench/kite-cuda-matmul" "$bin/kite-cuda-matmul"
 fi
 
 # 2. Bandwidth: the copy kernel's GB/s (read + write) is the bound every decode step is held to.
@@ -221,7 +223,13 @@ for m in $models; do
   fi
   if [ $first = 1 ]; then
     # The int8 tensor-core matmul (mmq) against dequantize + cuBLAS, both ways at every width
-    # (by default 9..256 columns take mmq): the data for the threshold in backends/cuda/ops.cpp.
+    # (by default 9..256 columns take mmq): the data for the threshold in backends/cuda/ops.cpp,
+    # per op at Llama-3-8B's shapes (kite-cuda-matmul), then for a whole model.
+    KEEP='^\||mmq|cuBLAS'
+    mm_shapes=(--shapes 8b)
+    [ "$device" = cuda ] || mm_shapes=(--shapes tiny --min-mib 1)  # (dry runs)
+    [ -x "$bin/kite-cuda-matmul" ] && run_step "mul_mat mmq vs cuBLAS" 90 "$bin/kite-cuda-matmul" \
+      --device "$device" --reps 3 "${mm_shapes[@]}"
     KEEP='^\||^\{'
     for mmq in 1 0; do
       KITE_CUDA_MMQ=$mmq run_step "llama-1b q4_K_M KITE_CUDA_MMQ=$mmq" 45 "$bin/kite" bench --device "$device" \
