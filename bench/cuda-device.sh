@@ -21,7 +21,7 @@
 #      2048-token prefill with KITE_CUDA_ATTN_TC=1 and =0 (tensor-core vs CUDA-core attention)
 #   6. the same as 4 for llama-8b Q4_0 / Q8_0, then llama-1b and llama-3b x Q4_K_M / Q4_0 / Q8_0
 #   7. the other GPU tests: every GGUF file's perplexity against llama.cpp's, batch invariance
-#   8. CUDA graphs on (KITE_CUDA_GRAPHS=1; off by default): greedy + batch invariance, 1B decode
+#   8. CUDA graphs off (KITE_CUDA_GRAPHS=0; on by default): greedy + batch invariance, 1B decode
 #   9. the Vulkan backend on the same GPU (NVIDIA's Vulkan driver; the loader from
 #      build-gpu-carry/libvulkan1.deb where the image has none): its tests, then 1B decode/prefill
 # With llama.cpp's CUDA build carried (prepare packs it when built), each model of 4. and 6. is
@@ -154,7 +154,7 @@ bw_flag=()
 # The GPU tests (kite-tests): clean errors, kite run, greedy equality first (quick), the rest later.
 tests_quick="cuda: without*,cuda: cuBLAS*,cuda: kite run*,cuda: greedy*"
 tests_rest="cuda: every GGUF*,cuda: a sequence*,cuda: mmq*,cuda: contexts*,cuda: the last*,cuda: decode steps*"
-KEEP_TESTS='test cases|assertions|ERROR|FAILED|on cuda|greedy tokens|diverged|skipped|nmse|as graphs'
+KEEP_TESTS='test cases|assertions|ERROR|FAILED|on cuda|greedy tokens|diverged|skipped|nmse|as graphs|graph capture'
 if [ -z "${SKIP_TESTS:-}" ]; then
   KEEP=$KEEP_TESTS
   run_step "cuda tests: quick" 60 "$bin/kite-tests" -tc="$tests_quick" --duration=true
@@ -164,7 +164,7 @@ fi
 # batched decode at 1, 16, 64 sequences; a row of the results table.
 bench_model() {
   local shape=$1 type=$2 limit=$3 f json built gib pp tg gbs pct b1 b16 b64 gguf="" write=()
-  KEEP='built|^\| +(1|16|64) \||^\{'
+  KEEP='built|graph capture|^\| +(1|16|64) \||^\{'
   if [ -n "${llama:-}" ]; then  # the same model as a file, for llama.cpp
     gguf="$work/$shape-$type.gguf"
     write=(--write-gguf "$gguf")
@@ -246,16 +246,16 @@ for m in $models; do
   first=0
 done
 
-# 7. The other GPU tests; 8. CUDA graphs.
+# 7. The other GPU tests; 8. without CUDA graphs (each step op by op: what the graphs save).
 if [ -z "${SKIP_TESTS:-}" ]; then
   KEEP=$KEEP_TESTS
   run_step "cuda tests: perplexity, batches" 120 "$bin/kite-tests" -tc="$tests_rest" --duration=true
   KEEP='test cases|assertions|ERROR|FAILED|graph capture|diverged'
-  KITE_CUDA_GRAPHS=1 run_step "cuda tests, graphs" 60 "$bin/kite-tests" -tc="cuda: greedy*,cuda: a sequence*"
-  KEEP='^\||graph capture'
-  KITE_CUDA_GRAPHS=1 run_step "bench llama-1b q4_K_M graphs" 40 "$bin/kite" bench --device "$device" \
-    --synthetic llama-1b --type q4_K_M -p 0 -n 128 -r 2 "${bw_flag[@]}"
+  KITE_CUDA_GRAPHS=0 run_step "cuda tests, no graphs" 60 "$bin/kite-tests" -tc="cuda: greedy*,cuda: a sequence*"
 fi
+KEEP='^\||graph capture'
+KITE_CUDA_GRAPHS=0 run_step "bench llama-1b q4_K_M no graphs" 40 "$bin/kite" bench --device "$device" \
+  --synthetic llama-1b --type q4_K_M -p 0 -n 128 -r 2 "${bw_flag[@]}"
 
 # 9. Vulkan on the same GPU.
 if [ -z "${SKIP_TESTS:-}" ] && [ -z "${BIN:-}" ]; then

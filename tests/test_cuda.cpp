@@ -11,6 +11,7 @@
 
 #include "src/core/backend.h"
 #include "tests/gpu_checks.h"
+#include "tests/ops_test_util.h"
 #include "tests/process.h"
 #include "tests/testdata.h"
 #ifdef KITE_CUDA
@@ -153,14 +154,19 @@ TEST_CASE("cuda: the last layers on the GPU, the rest on the CPU, give the CPU's
 TEST_CASE("cuda: decode steps replayed as CUDA graphs give the eager steps' logits, bit for bit") {
   if (!have_gpu("CUDA graphs")) return;
 #ifdef KITE_CUDA
-  // KITE_CUDA_GRAPHS is read when a backend is created: one context with graphs, one without,
-  // decoding the same greedy tokens in lockstep (one and two sequences a step).
+  // KITE_CUDA_GRAPHS is read when a backend is created: one context with graphs (the default),
+  // one without (=0), decoding the same greedy tokens in lockstep (one and two sequences a step).
   for (const char* name : {"gguf/llama-draft-Q4_K_M.gguf", "gguf/qwen3-tiny-f16.gguf"}) {
     const LoadedModel& l = load_model(name);
-    setenv("KITE_CUDA_GRAPHS", "1", 1);
-    auto graphs = make_device_ctx(l, "cuda", 256, 2);
-    unsetenv("KITE_CUDA_GRAPHS");
-    auto eager = make_device_ctx(l, "cuda", 256, 2);
+    std::unique_ptr<Context> graphs, eager;
+    {
+      const ops_test::ScopedEnv on("KITE_CUDA_GRAPHS", nullptr);
+      graphs = make_device_ctx(l, "cuda", 256, 2);
+    }
+    {
+      const ops_test::ScopedEnv off("KITE_CUDA_GRAPHS", "0");
+      eager = make_device_ctx(l, "cuda", 256, 2);
+    }
     const uint64_t before = cuda::cuda_graph_launches();
     EncodeOptions eo;
     for (Context* c : {graphs.get(), eager.get()}) {

@@ -1,7 +1,9 @@
 // The CUDA Backend: buffers are cudaMalloc'd device memory; compute() launches each node's
-// kernel on the device's one stream and returns without waiting (synchronize() waits). With
-// KITE_CUDA_GRAPHS=1 in the environment, a step seen twice is captured as a CUDA graph and
-// replayed (off by default until it has been validated on a GPU).
+// kernel on the device's one stream and returns without waiting (synchronize() waits). A step
+// seen twice is captured as a CUDA graph and replayed (one launch instead of one per node: a
+// decode step of an 8B model is ~500 kernels, whose launches alone would cost more host time
+// than the GPU needs for the step); KITE_CUDA_GRAPHS=0 in the environment runs every step op by
+// op.
 #include "backends/cuda/cuda_backend.h"
 
 #include <algorithm>
@@ -91,6 +93,9 @@ class CudaBackend final : public Backend {
   Status compute(std::span<Tensor* const> nodes) override {
     KITE_TRY(dev_->activate());
     if (!use_graphs_ || nodes.size() < kMinGraphNodes) return run_eager(nodes);
+    if (comm_ == nullptr || !comm_->capturable())
+      for (const Tensor* n : nodes)
+        if (n->op == Op::kAllReduce) return run_eager(nodes);  // (the sum synchronizes)
     return run_graph(nodes);
   }
 
@@ -158,7 +163,7 @@ class CudaBackend final : public Backend {
     return h;
   }
 
-  // CUDA graphs (KITE_CUDA_GRAPHS=1): a step's first run at a memory generation is eager (it
+  // CUDA graphs (unless KITE_CUDA_GRAPHS=0): a step's first run at a memory generation is eager (it
   // uploads weights and sizes scratch); the second is captured into a graph, instantiated and
   // launched; later runs launch the graph (one launch instead of one per node).
   Status run_graph(std::span<Tensor* const> nodes) {
@@ -210,7 +215,7 @@ class CudaBackend final : public Backend {
   std::unordered_map<uint64_t, CachedGraph> graphs_;
   const bool use_graphs_ = [] {
     const char* e = std::getenv("KITE_CUDA_GRAPHS");
-    return e != nullptr && std::string_view(e) == "1";
+    return e == nullptr || std::string_view(e) != "0";
   }();
 };
 

@@ -24,7 +24,7 @@ Result<std::unique_ptr<Backend>> make_cuda_backend(const BackendOptions& opts);
 // context (backend) using it, freed with the last.
 size_t cuda_mirrored_bytes(int device);
 
-// Steps launched as CUDA graphs so far in this process (KITE_CUDA_GRAPHS=1), for tests.
+// Steps launched as CUDA graphs so far in this process (all backends), for tests.
 uint64_t cuda_graph_launches();
 
 // Opens cuBLAS now (the backend opens it with dlopen on its first cuBLAS matmul, so a missing

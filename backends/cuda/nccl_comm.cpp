@@ -64,6 +64,7 @@ class NcclCommunicator final : public Communicator {
 
   std::string_view backend() const override { return "cuda"; }
 
+  bool capturable() const override { return true; }  // (ncclAllReduce only enqueues)
   Status all_reduce_sum(int rank, float* data, size_t n, void* stream) override {
     std::string why;
     {

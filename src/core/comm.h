@@ -32,6 +32,9 @@ class Communicator {
   // the same order; `stream` is the backend's queue (a cudaStream_t; null on the host), and on a
   // GPU the sum is queued there, not waited for.
   virtual Status all_reduce_sum(int rank, float* data, size_t n, void* stream) = 0;
+  // Whether all_reduce_sum only queues work on `stream`, so that a GPU backend may record it
+  // into a CUDA graph (NCCL); otherwise steps with all_reduce nodes run op by op.
+  virtual bool capturable() const { return false; }
   // Makes every rank waiting in a collective, or entering one, fail with `why` instead of
   // waiting for a rank that will not come (it failed its step). reset() re-arms the group for
   // the next step, once every rank has returned.

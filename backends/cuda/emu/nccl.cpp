@@ -3,8 +3,8 @@
 // runs the CUDA backend's all_reduce path in CI. A rank's all_reduce first runs its stream's
 // queued work, then sums with the other ranks on the host (the emulated device memory is host
 // memory), in rank order, before returning: a synchronization point where NCCL would only queue
-// the sum on the stream. (Synchronizing while a graph is captured invalidates the capture, so
-// steps with all_reduce run eagerly under KITE_CUDA_GRAPHS=1 here.)
+// the sum on the stream. (So it is not capturable(): steps with all_reduce run op by op here,
+// not as CUDA graphs.)
 #include "backends/cuda/nccl_comm.h"
 
 #include <cuda_runtime_api.h>
