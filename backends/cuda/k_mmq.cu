@@ -257,7 +257,7 @@ int mmq_splits(int64_t k, int64_t m, int64_t n, int sm_count) {
   const int n_units = static_cast<int>(k / 32);
   if (n_units <= 0) return 1;
   const int64_t blocks = ((m + kMmqRows - 1) / kMmqRows) * ((n + mmq_cols(n) - 1) / mmq_cols(n));
-  const int64_t want = (2 * static_cast<int64_t>(sm_count) + blocks - 1) / blocks;  // two blocks per SM
+  const int64_t want = 2 * static_cast<int64_t>(sm_count) / blocks;  // up to two blocks per SM
   const int most = std::max(1, std::min(kMaxSplits, ceil_div(n_units, kMmqUnits) / 2));  // 2+ steps a split
   const int splits = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(want, most)));
   return ceil_div(n_units, units_per_split(n_units, splits));  // (no empty range)
