@@ -2,6 +2,7 @@
 // CPU registers last and is the fallback.
 #include "backends/cpu/cpu_backend.h"
 #include "src/core/backend.h"
+#include "src/core/devices.h"
 #ifdef KITE_CUDA
 #include "backends/cuda/cuda_backend.h"
 #endif
@@ -18,14 +19,17 @@ namespace kite {
 void register_builtin_backends() {
 #ifdef KITE_CUDA
   register_backend("cuda", cuda::make_cuda_backend);
+  register_device_lister("cuda", cuda::list_cuda_devices);
 #endif
 #ifdef KITE_NCCL
   register_communicator("cuda", cuda::make_nccl_communicator);
 #endif
 #ifdef KITE_VULKAN
   register_backend("vulkan", vk::make_vulkan_backend);
+  register_device_lister("vulkan", vk::list_vulkan_devices);
 #endif
   register_backend("cpu", cpu::make_cpu_backend);
+  register_device_lister("cpu", cpu::list_cpu_devices);
 }
 
 }  // namespace kite

@@ -1,10 +1,13 @@
-// `kite inspect` end to end, on every test file and folder, and on every fuzz regression input.
+// `kite inspect` end to end, on every test file and folder, and on every fuzz regression input;
+// `kite devices` against the backends' own device lists.
 #include <doctest/doctest.h>
 
 #include <nlohmann/json.hpp>
 
 #include "formats/gguf.h"
 #include "formats/safetensors.h"
+#include "src/core/backend.h"
+#include "src/core/devices.h"
 #include "tests/process.h"
 
 using namespace kite::test;
@@ -99,4 +102,47 @@ TEST_CASE("fuzz regressions: every saved input fails cleanly in the reader and i
       CHECK_MESSAGE(!r.err.empty(), path);
     }
   }
+}
+
+TEST_CASE("devices: kite devices lists every compiled-in backend's devices, or why it has none") {
+  auto js = run_kite({"devices", "--json"});
+  REQUIRE_MESSAGE(js.exit_code == 0, js.err);
+  const auto doc = nlohmann::json::parse(js.out);
+  const std::vector<std::string> backends = kite::backend_names();
+  REQUIRE(doc.size() == backends.size());
+  for (size_t b = 0; b < backends.size(); ++b) {
+    const auto& entry = doc[b];
+    INFO(entry.dump());
+    CHECK(entry["backend"] == backends[b]);
+    // The same devices (or the same reason for none) as the backend lists in this process.
+    auto want = kite::list_devices(backends[b]);
+    if (!want.ok()) {
+      CHECK(entry["devices"].empty());
+      CHECK(entry["error"] == want.error().message);
+      continue;
+    }
+    REQUIRE(entry["devices"].size() == want->size());
+    for (size_t i = 0; i < want->size(); ++i) {
+      const auto& d = entry["devices"][i];
+      CHECK(d["name"] == (*want)[i].name);
+      CHECK(d["details"] == (*want)[i].details);
+      CHECK(d["memory_total"] == (*want)[i].memory_total);
+      CHECK(d["memory_free"].get<size_t>() <= d["memory_total"].get<size_t>());
+      CHECK(d["device"] == (backends[b] == "cpu" ? "cpu" : backends[b] + ":" + std::to_string(i)));
+    }
+  }
+  // The CPU is always there: its model, cores and kernel level, and the host's RAM.
+  const auto& cpu = doc.back();
+  REQUIRE(cpu["backend"] == "cpu");
+  REQUIRE(cpu["devices"].size() == 1);
+  CHECK(!cpu["devices"][0]["name"].get<std::string>().empty());
+  CHECK(cpu["devices"][0]["details"].get<std::string>().find("physical cores") != std::string::npos);
+  CHECK(cpu["devices"][0]["memory_total"].get<size_t>() > (size_t{256} << 20));
+
+  auto text = run_kite({"devices"});
+  CHECK(text.exit_code == 0);
+  for (const std::string& b : backends) CHECK(text.out.find(b) != std::string::npos);
+  CHECK(text.out.find(cpu["devices"][0]["name"].get<std::string>()) != std::string::npos);
+  auto bad = run_kite({"devices", "--all"});
+  CHECK(bad.exit_code == 2);
 }

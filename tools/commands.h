@@ -30,5 +30,6 @@ void register_perplexity(CLI::App& app, Action* run);
 void register_bench(CLI::App& app, Action* run);
 void register_serve(CLI::App& app, Action* run);
 void register_embed(CLI::App& app, Action* run);
+void register_devices(CLI::App& app, Action* run);
 
 }  // namespace kite::tools

@@ -23,6 +23,7 @@ int main(int argc, char** argv) {
   kite::tools::register_bench(app, &run);
   kite::tools::register_serve(app, &run);
   kite::tools::register_embed(app, &run);
+  kite::tools::register_devices(app, &run);
 
   // `kite help [CMD]`: the same text as `kite CMD --help` (or the command list).
   std::string help_for;

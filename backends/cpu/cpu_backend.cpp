@@ -1,9 +1,15 @@
 #include "backends/cpu/cpu_backend.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <string>
+#include <thread>
 
+#include "backends/cpu/cpu_features.h"
 #include "backends/cpu/ops.h"
 #include "backends/cpu/threadpool.h"
 #include "src/core/comm.h"
@@ -142,6 +148,14 @@ class CpuBackend final : public Backend {
   int rank_;
 };
 
+#if defined(__x86_64__)
+constexpr const char* kArchName = "x86-64 CPU";
+#elif defined(__aarch64__)
+constexpr const char* kArchName = "aarch64 CPU";
+#else
+constexpr const char* kArchName = "CPU";
+#endif
+
 }  // namespace
 
 Result<std::unique_ptr<Backend>> make_cpu_backend(const BackendOptions& opts) {
@@ -154,6 +168,33 @@ Result<std::unique_ptr<Backend>> make_cpu_backend(const BackendOptions& opts) {
       return make_error("cpu: rank ", opts.rank, " outside a tensor-parallel group of ", opts.comm->world());
   }
   return std::unique_ptr<Backend>(std::make_unique<CpuBackend>(n, opts.comm, opts.rank));
+}
+
+Result<std::vector<DeviceInfo>> list_cpu_devices() {
+  DeviceInfo d;
+  // /proc/cpuinfo's "model name" (x86) or "Model" (some aarch64 boards); else the architecture.
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  for (std::string line; d.name.empty() && std::getline(cpuinfo, line);)
+    if (line.rfind("model name", 0) == 0 || line.rfind("Model", 0) == 0)
+      if (const size_t colon = line.find(':'); colon != std::string::npos && colon + 2 <= line.size())
+        d.name = line.substr(colon + 2);
+  if (d.name.empty()) d.name = kArchName;
+  d.details = std::to_string(ThreadPool::physical_cores()) + " physical cores, " +
+              std::to_string(std::max(1u, std::thread::hardware_concurrency())) + " logical, kernels " +
+              simd_level_name(best_simd_level());
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+  if (pages > 0 && page > 0) d.memory_total = static_cast<size_t>(pages) * static_cast<size_t>(page);
+  std::ifstream meminfo("/proc/meminfo");
+  for (std::string key; meminfo >> key;) {
+    size_t kib = 0;
+    meminfo >> kib;
+    if (key == "MemAvailable:") {
+      d.memory_free = kib * 1024;
+      break;
+    }
+    meminfo.ignore(256, '\n');
+  }
+  return std::vector<DeviceInfo>{d};
 }
 
 }  // namespace kite::cpu

@@ -6,9 +6,13 @@
 #include <memory>
 
 #include "src/core/backend.h"
+#include "src/core/devices.h"
 
 namespace kite::cpu {
 
 Result<std::unique_ptr<Backend>> make_cpu_backend(const BackendOptions& opts);
+
+// The host as one device: its CPU model, cores and SIMD kernel level, and its RAM.
+Result<std::vector<DeviceInfo>> list_cpu_devices();
 
 }  // namespace kite::cpu

@@ -234,7 +234,10 @@ uint64_t cuda_graph_launches() { return g_graph_launches.load(std::memory_order_
 
 size_t cuda_mirrored_bytes(int device) { return Device::mirrored_bytes(device); }
 
-Result<std::unique_ptr<Backend>> make_cuda_backend(const BackendOptions& opts) {
+namespace {
+
+// The number of devices, or why there are none.
+Result<int> count_devices() {
   int n = 0;
   const cudaError_t e = cudaGetDeviceCount(&n);
   if (e != cudaSuccess) {
@@ -242,6 +245,36 @@ Result<std::unique_ptr<Backend>> make_cuda_backend(const BackendOptions& opts) {
     return make_error("cuda: no CUDA device found (cudaGetDeviceCount: ", cudaGetErrorString(e), ")");
   }
   if (n == 0) return make_error("cuda: no CUDA device found (cudaGetDeviceCount: 0 devices)");
+  return n;
+}
+
+}  // namespace
+
+Result<std::vector<DeviceInfo>> list_cuda_devices() {
+  KITE_ASSIGN_OR_RETURN(const int n, count_devices());
+  int current = 0;
+  KITE_CUDA_CHECK(cudaGetDevice(&current));
+  std::vector<DeviceInfo> out;
+  for (int i = 0; i < n; ++i) {
+    cudaDeviceProp p{};
+    KITE_CUDA_CHECK(cudaGetDeviceProperties(&p, i));
+    DeviceInfo d;
+    d.name = p.name;
+    d.details = "sm_" + std::to_string(p.major) + std::to_string(p.minor) + ", " +
+                std::to_string(p.multiProcessorCount) + " SMs";
+    d.memory_total = p.totalGlobalMem;
+    KITE_CUDA_CHECK(cudaSetDevice(i));
+    size_t free_b = 0, total_b = 0;
+    if (cudaMemGetInfo(&free_b, &total_b) == cudaSuccess) d.memory_free = free_b;
+    cudaGetLastError();
+    out.push_back(std::move(d));
+  }
+  KITE_CUDA_CHECK(cudaSetDevice(current));
+  return out;
+}
+
+Result<std::unique_ptr<Backend>> make_cuda_backend(const BackendOptions& opts) {
+  KITE_ASSIGN_OR_RETURN(const int n, count_devices());
   if (opts.device < 0 || opts.device >= n)
     return make_error("cuda: device ", opts.device, " does not exist (", n, " device", n == 1 ? "" : "s", ")");
   if (opts.comm != nullptr && opts.comm->backend() != "cuda")

@@ -9,9 +9,12 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "src/base/status.h"
 #include "src/core/backend.h"
+#include "src/core/devices.h"
 
 namespace kite::cuda {
 
@@ -19,6 +22,9 @@ namespace kite::cuda {
 int cuda_device_count();
 
 Result<std::unique_ptr<Backend>> make_cuda_backend(const BackendOptions& opts);
+
+// The devices: name, compute capability, SMs, memory (total and free); an error where none.
+Result<std::vector<DeviceInfo>> list_cuda_devices();
 
 // Bytes of host weights with a copy on GPU `device` now: one copy per GPU, shared by every
 // context (backend) using it, freed with the last.

@@ -8,6 +8,7 @@
 
 #include "backends/vulkan/shaders.h"
 #include "backends/vulkan/stream.h"
+#include "backends/vulkan/vulkan_backend.h"
 
 namespace kite::vk {
 namespace {
@@ -112,6 +113,16 @@ std::string missing_features(const Api& api, VkPhysicalDevice pd) {
   return miss;
 }
 
+const char* type_name(VkPhysicalDeviceType t) {
+  switch (t) {
+    case VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU: return "discrete GPU";
+    case VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU: return "integrated GPU";
+    case VK_PHYSICAL_DEVICE_TYPE_VIRTUAL_GPU: return "virtual GPU";
+    case VK_PHYSICAL_DEVICE_TYPE_CPU: return "CPU";
+    default: return "other";
+  }
+}
+
 int type_rank(VkPhysicalDeviceType t) {
   switch (t) {
     case VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU: return 0;
@@ -165,14 +176,21 @@ Error vk_error(VkResult r, const char* call, const char* file, int line) {
   return make_error("vulkan: ", call, " failed: ", result_name(r), " (", static_cast<int>(r), ") at ", file, ":", line);
 }
 
-Result<std::vector<std::string>> list_devices() {
+Result<std::vector<DeviceInfo>> list_vulkan_devices() {
   KITE_ASSIGN_OR_RETURN(const Instance* in, instance());
   KITE_ASSIGN_OR_RETURN(auto pds, usable_devices(*in));
-  std::vector<std::string> out;
+  std::vector<DeviceInfo> out;
   for (VkPhysicalDevice pd : pds) {
     VkPhysicalDeviceProperties p;
     in->api.vkGetPhysicalDeviceProperties(pd, &p);
-    out.emplace_back(p.deviceName);
+    VkPhysicalDeviceMemoryProperties mem;
+    in->api.vkGetPhysicalDeviceMemoryProperties(pd, &mem);
+    DeviceInfo d;
+    d.name = p.deviceName;
+    d.details = std::string(type_name(p.deviceType)) + ", Vulkan " + std::to_string(VK_API_VERSION_MAJOR(p.apiVersion)) +
+                "." + std::to_string(VK_API_VERSION_MINOR(p.apiVersion));
+    d.memory_total = largest_device_heap(mem);
+    out.push_back(std::move(d));
   }
   return out;
 }

@@ -54,14 +54,9 @@ struct Allocation {
   ~Allocation();
 };
 
-// The names of the physical devices kite can use (the features it needs are present), in kite's
-// order: discrete GPUs, then integrated, virtual and CPU (lavapipe) devices; an error says why
-// there are none (no loader, no driver, features).
-Result<std::vector<std::string>> list_devices();
-
 class Device {
  public:
-  // The shared device `index` (of list_devices()), opened on first use and kept open.
+  // The shared device `index` (of list_vulkan_devices()), opened on first use and kept open.
   static Result<std::shared_ptr<Device>> get(int index);
   ~Device();
   Device(const Device&) = delete;

@@ -233,8 +233,10 @@ class VulkanBackend final : public Backend, public Stream {
 }  // namespace
 
 std::vector<std::string> vulkan_devices() {
-  auto names = list_devices();
-  return names.ok() ? *names : std::vector<std::string>{};
+  std::vector<std::string> names;
+  if (auto devs = list_vulkan_devices(); devs.ok())
+    for (const DeviceInfo& d : *devs) names.push_back(d.name);
+  return names;
 }
 
 Result<std::unique_ptr<Backend>> make_vulkan_backend(const BackendOptions& opts) {

@@ -15,10 +15,16 @@
 
 #include "src/base/status.h"
 #include "src/core/backend.h"
+#include "src/core/devices.h"
 
 namespace kite::vk {
 
-// The usable devices' names, best first; empty when there are none (never throws).
+// The physical devices kite can use (the features it needs are present), in kite's order:
+// discrete GPUs, then integrated, virtual and CPU (lavapipe) devices, with their type, Vulkan
+// version and largest device-local heap; an error says why there are none (no loader, no
+// driver, features).
+Result<std::vector<DeviceInfo>> list_vulkan_devices();
+// Their names; empty when there are none (never throws).
 std::vector<std::string> vulkan_devices();
 
 Result<std::unique_ptr<Backend>> make_vulkan_backend(const BackendOptions& opts);

@@ -3,12 +3,20 @@
 #include <charconv>
 #include <mutex>
 
+#include "src/core/devices.h"
+
 namespace kite {
 namespace {
 
+struct Entry {
+  std::string name;
+  BackendFactory factory;
+  DeviceLister lister;  // (register_device_lister)
+};
+
 struct Registry {
   std::mutex mu;
-  std::vector<std::pair<std::string, BackendFactory>> entries;
+  std::vector<Entry> entries;
 };
 
 Registry& registry() {
@@ -32,10 +40,31 @@ static void ensure_builtins() {
   std::call_once(once, [] { register_builtin_backends(); });
 }
 
+// The registry's entry for backend `name` (a copy: factories run outside the lock).
+static Result<Entry> find_entry(std::string_view name) {
+  ensure_builtins();
+  {
+    Registry& r = registry();
+    std::lock_guard<std::mutex> lock(r.mu);
+    for (const auto& e : r.entries)
+      if (e.name == name) return e;
+  }
+  std::string known;
+  for (const auto& n : backend_names()) known += (known.empty() ? "" : ", ") + n;
+  return make_error("unknown device '", name, "' (available: ", known, ")");
+}
+
 void register_backend(std::string name, BackendFactory factory) {
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mu);
-  r.entries.emplace_back(std::move(name), std::move(factory));
+  r.entries.push_back({std::move(name), std::move(factory), nullptr});
+}
+
+void register_device_lister(std::string backend, DeviceLister lister) {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  for (auto& e : r.entries)
+    if (e.name == backend) e.lister = std::move(lister);
 }
 
 std::vector<std::string> backend_names() {
@@ -43,12 +72,11 @@ std::vector<std::string> backend_names() {
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mu);
   std::vector<std::string> names;
-  for (const auto& e : r.entries) names.push_back(e.first);
+  for (const auto& e : r.entries) names.push_back(e.name);
   return names;
 }
 
 Result<std::unique_ptr<Backend>> create_backend(std::string_view name, const BackendOptions& options) {
-  ensure_builtins();
   BackendOptions opts = options;
   // "cuda:1", "vulkan:2": a device index after the name.
   if (const size_t colon = name.find(':'); colon != std::string_view::npos) {
@@ -60,19 +88,14 @@ Result<std::unique_ptr<Backend>> create_backend(std::string_view name, const Bac
     opts.device = d;
     name = name.substr(0, colon);
   }
-  BackendFactory factory;
-  {
-    Registry& r = registry();
-    std::lock_guard<std::mutex> lock(r.mu);
-    for (const auto& e : r.entries)
-      if (e.first == name) factory = e.second;
-  }
-  if (!factory) {
-    std::string known;
-    for (const auto& n : backend_names()) known += (known.empty() ? "" : ", ") + n;
-    return make_error("unknown device '", name, "' (available: ", known, ")");
-  }
-  return factory(opts);
+  KITE_ASSIGN_OR_RETURN(const Entry e, find_entry(name));
+  return e.factory(opts);
+}
+
+Result<std::vector<DeviceInfo>> list_devices(std::string_view backend) {
+  KITE_ASSIGN_OR_RETURN(const Entry e, find_entry(backend));
+  if (!e.lister) return make_error(backend, ": this backend does not list its devices");
+  return e.lister();
 }
 
 }  // namespace kite
