@@ -69,8 +69,8 @@ std::vector<uint8_t> make_weights(DType t, int64_t k, int64_t m, uint32_t seed) 
 // Seconds per product of each weight copy times x ([k, n]), median of `reps` timed runs. The
 // copies are host memory, as a model's weights are: the backend mirrors each on the device on
 // first use (run 0, untimed) and keeps the mirror for later graphs.
-double time_products(Backend& be, DType t, std::vector<std::vector<uint8_t>>& copies, int64_t k, int64_t m,
-                     int64_t n, int reps) {
+double time_products(Backend& be, DType t, std::vector<std::vector<uint8_t>>& copies, int64_t k, int64_t m, int64_t n,
+                     int reps) {
   Graph g;
   Tensor* x = g.input(DType::F32, {k, n}, "x");
   for (size_t c = 0; c < copies.size(); ++c)
@@ -89,7 +89,8 @@ double time_products(Backend& be, DType t, std::vector<std::vector<uint8_t>>& co
     const auto t0 = Clock::now();
     if (auto s = be.compute(g.nodes()); !s.ok()) die(s.error().message);
     if (auto s = be.synchronize(); !s.ok()) die(s.error().message);
-    if (r > 0) runs.push_back(std::chrono::duration<double>(Clock::now() - t0).count() / static_cast<double>(copies.size()));
+    if (r > 0)
+      runs.push_back(std::chrono::duration<double>(Clock::now() - t0).count() / static_cast<double>(copies.size()));
   }
   std::sort(runs.begin(), runs.end());
   return runs[runs.size() / 2];
@@ -98,8 +99,7 @@ double time_products(Backend& be, DType t, std::vector<std::vector<uint8_t>>& co
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string device = "cuda", types = "q4_K,q4_0,q8_0,q6_K", cols = "1,8,16,32,64,128,256,512,1024",
-              shapes = "8b";
+  std::string device = "cuda", types = "q4_K,q4_0,q8_0,q6_K", cols = "1,8,16,32,64,128,256,512,1024", shapes = "8b";
   int reps = 5;
   double min_mib = 384;
   for (int i = 1; i < argc; ++i) {
@@ -108,13 +108,20 @@ int main(int argc, char** argv) {
       if (i + 1 >= argc) die(a + " needs a value");
       return argv[++i];
     };
-    if (a == "--device") device = next();
-    else if (a == "--types") types = next();
-    else if (a == "--cols") cols = next();
-    else if (a == "--shapes") shapes = next();
-    else if (a == "--reps") reps = std::max(1, std::atoi(next().c_str()));
-    else if (a == "--min-mib") min_mib = std::atof(next().c_str());
-    else die("unknown argument " + a + " (see the comment at the top of bench/cuda_matmul.cpp)");
+    if (a == "--device")
+      device = next();
+    else if (a == "--types")
+      types = next();
+    else if (a == "--cols")
+      cols = next();
+    else if (a == "--shapes")
+      shapes = next();
+    else if (a == "--reps")
+      reps = std::max(1, std::atoi(next().c_str()));
+    else if (a == "--min-mib")
+      min_mib = std::atof(next().c_str());
+    else
+      die("unknown argument " + a + " (see the comment at the top of bench/cuda_matmul.cpp)");
   }
   std::vector<Shape> shape_list;
   if (shapes == "8b")  // Llama-3-8B: q/o, k/v, gate/up, down
@@ -131,7 +138,7 @@ int main(int argc, char** argv) {
   std::printf("| type | shape | k x m | n | mmq us | cuBLAS us | faster | weight GB/s | TFLOP/s |\n");
   std::printf("|---|---|---|---:|---:|---:|---|---:|---:|\n");
   std::vector<std::vector<std::vector<uint8_t>>> weights;  // per type and shape: its copies
-  std::map<std::string, std::string[2]> summary;  // "type shape" -> widths where mmq / cuBLAS won
+  std::map<std::string, std::string[2]> summary;           // "type shape" -> widths where mmq / cuBLAS won
   for (const std::string& tn : split(types)) {
     const quant::TypeTraits* tr = quant::find_traits(tn);
     if (tr == nullptr || !tr->is_quantized) die("not a quantized type: " + tn);
@@ -140,7 +147,8 @@ int main(int argc, char** argv) {
       const std::vector<uint8_t> wb = make_weights(t, s.k, s.m, 1234);
       const double mib = static_cast<double>(wb.size()) / (1 << 20);
       // (kept until the end: the backend's mirrors are keyed by these host addresses)
-      auto& copies = weights.emplace_back(std::clamp(static_cast<size_t>(min_mib / mib + 0.999), size_t{1}, size_t{64}), wb);
+      auto& copies =
+          weights.emplace_back(std::clamp(static_cast<size_t>(min_mib / mib + 0.999), size_t{1}, size_t{64}), wb);
       for (const std::string& cn : split(cols)) {
         const int64_t n = std::atoll(cn.c_str());
         if (n < 1) die("--cols takes positive widths");

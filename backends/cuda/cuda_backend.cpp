@@ -2,8 +2,7 @@
 // kernel on the device's one stream and returns without waiting (synchronize() waits). A step
 // seen twice is captured as a CUDA graph and replayed (one launch instead of one per node: a
 // decode step of an 8B model is ~500 kernels, whose launches alone would cost more host time
-// than the GPU needs for the step); KITE_CUDA_GRAPHS=0 in the environment runs every step op by
-// op.
+// than the GPU needs for the step); with KITE_CUDA_GRAPHS=0 every step runs op by op.
 #include "backends/cuda/cuda_backend.h"
 
 #include <algorithm>
@@ -163,9 +162,9 @@ class CudaBackend final : public Backend {
     return h;
   }
 
-  // CUDA graphs (unless KITE_CUDA_GRAPHS=0): a step's first run at a memory generation is eager (it
-  // uploads weights and sizes scratch); the second is captured into a graph, instantiated and
-  // launched; later runs launch the graph (one launch instead of one per node).
+  // CUDA graphs (unless KITE_CUDA_GRAPHS=0): a step's first run at a memory generation is eager
+  // (it uploads weights and sizes scratch); the second is captured into a graph, instantiated
+  // and launched; later runs launch the graph (one launch instead of one per node).
   Status run_graph(std::span<Tensor* const> nodes) {
     if (graphs_.size() >= kMaxGraphs) graphs_.clear();
     CachedGraph& g = graphs_[step_key(nodes)];

@@ -33,8 +33,8 @@ namespace {
 
 constexpr int kMmqWarps = 4;
 constexpr int kMmqThreads = kMmqWarps * 32;
-constexpr int kMmqRows = 16 * kMmqWarps;    // weight rows per block
-constexpr int kMmqUnits = 4;                // 32-element units per step
+constexpr int kMmqRows = 16 * kMmqWarps;       // weight rows per block
+constexpr int kMmqUnits = 4;                   // 32-element units per step
 constexpr int kMmqStride = 8 * kMmqUnits + 4;  // words per row (or column) of a step's codes
 constexpr int kMaxSplits = 16;
 constexpr int kReduceThreads = 256;
@@ -234,19 +234,23 @@ cudaError_t launch_mmq_t(const uint8_t* w, size_t row_bytes, int n_units, int64_
   const int64_t ld = splits > 1 ? m : ldd, z_stride = splits > 1 ? m * n : 0;
   switch (nc) {
     case 16:
-      KITE_KERNEL(grid, kMmqThreads, 0, s, mmq_kernel<T, 16>)(w, row_bytes, m, n_units, ups, q, ds, n, out, ld, z_stride);
+      KITE_KERNEL(grid, kMmqThreads, 0, s, mmq_kernel<T, 16>)(w, row_bytes, m, n_units, ups, q, ds, n, out, ld,
+                                                                z_stride);
       break;
     case 32:
-      KITE_KERNEL(grid, kMmqThreads, 0, s, mmq_kernel<T, 32>)(w, row_bytes, m, n_units, ups, q, ds, n, out, ld, z_stride);
+      KITE_KERNEL(grid, kMmqThreads, 0, s, mmq_kernel<T, 32>)(w, row_bytes, m, n_units, ups, q, ds, n, out, ld,
+                                                                z_stride);
       break;
     default:
-      KITE_KERNEL(grid, kMmqThreads, 0, s, mmq_kernel<T, 64>)(w, row_bytes, m, n_units, ups, q, ds, n, out, ld, z_stride);
+      KITE_KERNEL(grid, kMmqThreads, 0, s, mmq_kernel<T, 64>)(w, row_bytes, m, n_units, ups, q, ds, n, out, ld,
+                                                                z_stride);
       break;
   }
   if (splits > 1) {
     const int64_t blocks = (m * n + kReduceThreads - 1) / kReduceThreads;
     if (blocks > 0x7fffffff) return cudaErrorInvalidValue;
-    KITE_KERNEL(static_cast<unsigned>(blocks), kReduceThreads, 0, s, mmq_reduce_kernel)(partial, splits, m, n, dst, ldd);
+    const auto grid_r = static_cast<unsigned>(blocks);
+    KITE_KERNEL(grid_r, kReduceThreads, 0, s, mmq_reduce_kernel)(partial, splits, m, n, dst, ldd);
   }
   return cudaGetLastError();
 }
