@@ -92,9 +92,9 @@ class CudaBackend final : public Backend {
   Status compute(std::span<Tensor* const> nodes) override {
     KITE_TRY(dev_->activate());
     if (!use_graphs_ || nodes.size() < kMinGraphNodes) return run_eager(nodes);
-    if (comm_ == nullptr || !comm_->capturable())
+    if (comm_ != nullptr && !comm_->capturable())  // (a step with all_reduce synchronizes)
       for (const Tensor* n : nodes)
-        if (n->op == Op::kAllReduce) return run_eager(nodes);  // (the sum synchronizes)
+        if (n->op == Op::kAllReduce) return run_eager(nodes);
     return run_graph(nodes);
   }
 
