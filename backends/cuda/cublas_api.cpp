@@ -3,7 +3,6 @@
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/dynlib.h"
 
-#include <mutex>
 #include <string>
 
 namespace kite::cuda {
@@ -30,13 +29,7 @@ Result<CublasApi> load() {
 
 }  // namespace
 
-Result<const CublasApi*> cublas_api() {
-  static std::once_flag once;
-  static Result<CublasApi> api = make_error("cuda: cuBLAS not loaded");
-  std::call_once(once, [] { api = load(); });
-  if (!api) return api.error();
-  return &*api;
-}
+Result<const CublasApi*> cublas_api() { return load_once<CublasApi, load>(); }
 
 Status cuda_check_cublas() {
   KITE_TRY(cublas_api());

@@ -6,6 +6,7 @@
 #include <dlfcn.h>
 
 #include <initializer_list>
+#include <mutex>
 #include <string>
 
 #include "src/base/status.h"
@@ -36,6 +37,17 @@ template <class F>
 bool resolve(void* lib, const char* name, F* out) {
   *out = reinterpret_cast<F>(dlsym(lib, name));
   return *out != nullptr;
+}
+
+// The entry points Load() resolves (it opens the library), loaded on the first call and kept for
+// the process; a failure is kept too and returned to every caller.
+template <class Api, Result<Api> (*Load)()>
+Result<const Api*> load_once() {
+  static std::once_flag once;
+  static Result<Api> api = make_error("cuda: library not loaded");
+  std::call_once(once, [] { api = Load(); });
+  if (!api) return api.error();
+  return &*api;
 }
 
 }  // namespace kite::cuda

@@ -38,13 +38,7 @@ Result<NcclApi> load() {
   return api;  // the library stays loaded for the life of the process
 }
 
-Result<const NcclApi*> nccl_api() {
-  static std::once_flag once;
-  static Result<NcclApi> api = make_error("cuda: NCCL not loaded");
-  std::call_once(once, [] { api = load(); });
-  if (!api) return api.error();
-  return &*api;
-}
+Result<const NcclApi*> nccl_api() { return load_once<NcclApi, load>(); }
 
 // One communicator per GPU 0..world-1, made together in this process (ncclCommInitAll).
 class NcclCommunicator final : public Communicator {
