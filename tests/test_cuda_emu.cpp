@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "backends/cuda/emu/include/mma.h"
+#include "backends/cuda/kernels.h"
 #include "backends/cuda/launch.cuh"
 #include "backends/cuda/mma.cuh"
 
@@ -468,4 +469,19 @@ TEST_CASE("cuda-emu: mma.sync s8 follows the PTX fragment layouts, wraps like in
   kite::cuda::emu::clear_failure();
   for (void* p : {static_cast<void*>(da), static_cast<void*>(db), static_cast<void*>(dc), static_cast<void*>(dd)})
     CHECK(cudaFree(p) == cudaSuccess);
+}
+
+// The split-k plan mmq takes (k_mmq.cu): the emulator shapes test_cuda_mmq.cpp relies on to run
+// its split path, and the plan on an H200's 132 SMs for Llama-3-8B's shapes.
+TEST_CASE("cuda-emu: mmq splits over k only when its blocks would leave SMs idle") {
+  using kite::cuda::mmq_splits;
+  CHECK(mmq_splits(512, 37, 16, 4) == 2);    // one block; 4 steps allow 2 ranges
+  CHECK(mmq_splits(1024, 37, 20, 4) == 4);   // one block; 8 steps allow 4
+  CHECK(mmq_splits(864, 70, 40, 4) == 3);    // 2 blocks want 4; 7 steps allow 3
+  CHECK(mmq_splits(1280, 70, 40, 4) == 4);   // 2 blocks want 4
+  CHECK(mmq_splits(256, 70, 17, 4) == 1);    // 2 steps: never split
+  CHECK(mmq_splits(4096, 4096, 64, 132) == 4);    // 64 blocks: 4 ranges fill 2 per SM
+  CHECK(mmq_splits(4096, 1024, 16, 132) == 16);   // 16 blocks: capped at 16 ranges
+  CHECK(mmq_splits(4096, 4096, 256, 132) == 1);   // 256 blocks already fill the SMs
+  CHECK(mmq_splits(4096, 14336, 64, 132) == 1);   // 224 blocks
 }
