@@ -4,10 +4,12 @@
 
 #include <httplib.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "doctest/doctest.h"
@@ -78,6 +80,19 @@ inline double metric(httplib::Client& c, const std::string& name) {
   const size_t p = t.find("\n" + name + " ");
   REQUIRE_MESSAGE(p != std::string::npos, "metric " << name << " missing");
   return std::atof(t.c_str() + p + name.size() + 2);
+}
+
+// The metric once it reads `want`, or its value after `timeout`: the engine publishes its numbers
+// after the step that retired the last sequence, which may come just after a client's last byte.
+inline double metric_settled(httplib::Client& c, const std::string& name, double want,
+                             std::chrono::milliseconds timeout = std::chrono::seconds(2)) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  double v = metric(c, name);
+  while (v != want && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    v = metric(c, name);
+  }
+  return v;
 }
 
 }  // namespace kite::test

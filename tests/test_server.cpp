@@ -246,7 +246,7 @@ TEST_CASE("serve: --draft speculates and streamed greedy output equals the plain
   CHECK(drafted > 0);
   CHECK(accepted > 0);
   CHECK(accepted <= drafted);
-  CHECK(metric(c, "kite_kv_blocks_used") == 0);
+  CHECK(metric_settled(c, "kite_kv_blocks_used", 0) == 0);
   CHECK(srv.stop() == 0);
 
   // A draft whose vocabulary differs from the target's is refused at startup, naming both sizes.
