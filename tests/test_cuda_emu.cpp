@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "backends/cuda/emu/include/mma.h"
@@ -20,7 +21,7 @@ namespace {
 using kite::cuda::emu::clear_failure;
 
 __global__ void block_sum(const float* x, float* out, int n) {
-  __shared__ float part[32];
+  KITE_SHARED(part, float[32]);
   const int t = threadIdx.x;
   const float* xb = x + static_cast<size_t>(blockIdx.x) * n;
   float v = 0.f;
@@ -61,7 +62,7 @@ __global__ void add_one(float* x, int n) {
 
 // Block 0 returns before any barrier; the others sum through shared memory.
 __global__ void first_block_differs(const float* x, float* out) {
-  __shared__ float part[64];
+  KITE_SHARED(part, float[64]);
   if (blockIdx.x == 0) {
     if (threadIdx.x == 0) out[0] = -1.f;
     return;
@@ -168,6 +169,81 @@ TEST_CASE("cuda-emu: a block reaching barriers after a first block that reached 
   }
   CHECK(cudaFree(const_cast<float*>(dx)) == cudaSuccess);
   CHECK(cudaFree(d) == cudaSuccess);
+}
+
+namespace {
+
+// Each thread writes its own slot, then reads slot t + step: with the barrier, the neighbour's
+// value; without it, a race whose outcome depends on which thread runs first.
+__global__ void read_neighbour(float* out, int step, int barrier) {
+  KITE_SHARED(slot, float[64]);
+  const int t = static_cast<int>(threadIdx.x);
+  slot[t] = static_cast<float>(t);
+  if (barrier) __syncthreads();
+  out[blockIdx.x * 64 + t] = slot[(t + step + 64) % 64];
+}
+
+// Block b reads what block b - 1 of the same launch wrote: an order no GPU promises.
+__global__ void read_previous_block(float* x) { x[blockIdx.x + 1] = x[blockIdx.x] + 1.f; }
+
+// Reads shared memory before writing it (static, then dynamic): on a GPU whatever an earlier
+// block left there.
+__global__ void read_before_write(float* out) {
+  KITE_SHARED(v, float);
+  KITE_DYNAMIC_SHARED(float, dyn);
+  out[2 * blockIdx.x] = v;
+  out[2 * blockIdx.x + 1] = dyn[0];
+  v = 1.f;
+  dyn[0] = 2.f;
+}
+
+int nans(const std::vector<float>& v) {
+  return static_cast<int>(std::count_if(v.begin(), v.end(), [](float f) { return std::isnan(f); }));
+}
+
+}  // namespace
+
+TEST_CASE("cuda-emu: every block starts with unwritten shared memory; KITE_CUDA_EMU_SCHEDULE's orders expose races") {
+  using kite::cuda::emu::set_schedule;
+  float* d = device_alloc<float>(4 * 64);
+  KITE_KERNEL(4, 1, sizeof(float), nullptr, read_before_write)(d);
+  REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+  CHECK(nans(read_back(d, 8)) == 8);  // not the 1 and 2 of the block before
+
+  // Reading slot t + 1 without a barrier: every thread but the last reads before its neighbour
+  // writes in the default order (NaN); reading t - 1 hides the race there and shows it in reverse.
+  auto run = [&](const char* schedule, int step, int barrier) {
+    REQUIRE(set_schedule(schedule));
+    KITE_KERNEL(2, 64, 0, nullptr, read_neighbour)(d, step, barrier);
+    REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+    return read_back(d, 2 * 64);
+  };
+  CHECK(nans(run("forward", 1, 0)) == 2 * 63);
+  CHECK(nans(run("forward", -1, 0)) == 2);  // (thread 0 reads slot 63, not written yet)
+  CHECK(nans(run("reverse", -1, 0)) == 2 * 63);
+  CHECK(nans(run("shuffle:5", -1, 0)) > 2);
+  CHECK(nans(run("shuffle:5", 1, 0)) > 2);
+  for (const char* schedule : {"forward", "reverse", "shuffle:5"}) {
+    const std::vector<float> got = run(schedule, 1, 1);
+    CHECK(nans(got) == 0);
+    CHECK(got[64 + 63] == 0.f);
+  }
+
+  std::vector<float> chain(9, -100.f);
+  chain[0] = 0.f;
+  float* dc = to_device(chain);
+  for (const char* schedule : {"forward", "reverse"}) {
+    REQUIRE(set_schedule(schedule));
+    REQUIRE(cudaMemcpy(dc, chain.data(), chain.size() * sizeof(float), cudaMemcpyHostToDevice) == cudaSuccess);
+    KITE_KERNEL(8, 1, 0, nullptr, read_previous_block)(dc);
+    REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+    CHECK((read_back(dc, 9)[8] == 8.f) == (std::string(schedule) == "forward"));
+  }
+  CHECK_FALSE(set_schedule("backwards"));
+  const char* env = std::getenv("KITE_CUDA_EMU_SCHEDULE");
+  REQUIRE(set_schedule(env != nullptr ? env : "forward"));  // what the rest of the run asked for
+  CHECK(cudaFree(d) == cudaSuccess);
+  CHECK(cudaFree(dc) == cudaSuccess);
 }
 
 TEST_CASE("cuda-emu: stream work runs at synchronization, fresh memory is NaN, copies check their pointers") {

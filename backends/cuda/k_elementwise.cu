@@ -51,7 +51,7 @@ __global__ void scale_kernel(Rows dst, Rows a, float s, int64_t ne0, int64_t n) 
 
 // One block per row: sum of squares in f32, then x * s (* w).
 __global__ void rms_norm_kernel(Rows dst, Rows a, const float* w, float eps, int64_t ne0) {
-  __shared__ float partial[32];
+  KITE_SHARED(partial, float[32]);
   const int64_t r = blockIdx.x;
   const float* x = reinterpret_cast<const float*>(row_ptr(a, r));
   float* y = reinterpret_cast<float*>(row_ptr(dst, r));

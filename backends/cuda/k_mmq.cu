@@ -132,7 +132,7 @@ __global__ void __launch_bounds__(kMmqThreads)
     mmq_kernel(const uint8_t* w, size_t row_bytes, int64_t m, int n_units, int units_per_split, const int8_t* q,
                const float4* ds, int64_t n, float* dst, int64_t ldd, int64_t z_stride) {
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
-  __shared__ MmqShared<NC> sm;
+  KITE_SHARED(sm, MmqShared<NC>);
   constexpr int kTiles = NC / 8;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, t = lane % 4;  // this lane's rows g, g + 8 and columns 2t, 2t + 1 of each tile

@@ -1,8 +1,9 @@
 // kite/backends/cuda/emu/kernel.h — the CUDA kernel language on the CPU: __global__ functions
 // are ordinary functions run once per emulated thread, each thread a fiber, so that
 // __syncthreads() and warp shuffles can suspend a thread until the others arrive (runtime.cpp
-// schedules them). One block runs at a time per process, which makes __shared__ variables
-// (function statics here) per block. Only what kite's kernels use is provided.
+// schedules them). Shared memory is the running block's (KITE_SHARED / KITE_DYNAMIC_SHARED in
+// launch.cuh), filled with 0xff bytes when each block starts. Only what kite's kernels use is
+// provided.
 #pragma once
 
 #include <bit>
@@ -21,7 +22,9 @@
 #define __host__
 #define __forceinline__ inline
 #define __launch_bounds__(...)
-#define __shared__ static  // one block at a time: a function static is the block's
+// A plain `__shared__` declaration would be a function static shared by every block; kernels
+// declare shared memory with KITE_SHARED (launch.cuh), which the emulator gives each block fresh.
+#define __shared__ declare_shared_memory_with_KITE_SHARED_from_launch_cuh
 
 // ---- vector types -------------------------------------------------------------------------
 struct uint3 {
@@ -170,6 +173,10 @@ T shuffle(unsigned mask, T v, int src) {
 inline int segment_base(int lane, int width) { return lane & ~(width - 1); }
 
 void* dynamic_shared();
+// The running block's storage for the KITE_SHARED variable that `tag` identifies (one per
+// declaration and template instance): the same for every thread of the block, 0xff bytes when
+// the block starts.
+void* static_shared(const void* tag, size_t bytes, size_t align);
 
 // Runs `body` once per thread of the grid (at the stream's next synchronization point).
 cudaError_t launch(dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t s, const char* name,

@@ -14,6 +14,8 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <numeric>
+#include <random>
 #include <set>
 #include <string>
 #include <vector>
@@ -102,7 +104,7 @@ bool is_pinned_range(const void* p, size_t bytes) {
 // ---- streams ------------------------------------------------------------------------------
 std::mutex g_streams_mu;
 std::set<CUstream_st*> g_streams;
-std::mutex g_exec_mu;  // one kernel (one block) at a time in the process: __shared__ are statics
+std::mutex g_exec_mu;  // one kernel (one block) at a time in the process
 
 CUstream_st* legacy_stream() {
   static CUstream_st* s = [] {
@@ -171,13 +173,78 @@ struct Lane : ThreadState {
   unsigned exchanges = 0;
 };
 
+// A KITE_SHARED variable of the running kernel.
+struct StaticShared {
+  const void* tag;
+  size_t offset;
+};
+
 struct Block {
   std::vector<Lane> lanes;
-  std::vector<uint8_t> shared;
+  std::vector<uint8_t> shared;          // dynamic shared memory
+  std::vector<uint8_t> statics;         // KITE_SHARED variables (kMaxShared reserved: never moves)
+  std::vector<StaticShared> static_at;  // where each lies in `statics`
   const char* kernel = "";
   uint64_t barriers = 0;  // reached by any thread of any block so far
   bool direct = false;    // threads run one after another on this stack, without fibers
 };
+
+// Shared memory as a block starts: never written, so it reads as NaN (a GPU's holds whatever the
+// previous block on that SM left).
+void fresh_shared(Block& b) {
+  std::fill(b.shared.begin(), b.shared.end(), uint8_t{0xff});
+  std::fill(b.statics.begin(), b.statics.end(), uint8_t{0xff});
+}
+
+// ---- the order things run in (KITE_CUDA_EMU_SCHEDULE) ---------------------------------------
+// A GPU runs a grid's blocks in no promised order and a block's threads concurrently, so a kernel
+// whose result depends on the order (a missing __syncthreads or __syncwarp, a block reading what
+// another block of the same launch writes) is wrong even when it works here in the default
+// order: block 0 first, each thread from one barrier to the next before the next thread starts.
+// "reverse" runs blocks and threads last first, "shuffle[:SEED]" in a random order, drawn anew
+// for every launch and every stretch between barriers. A reader placed before its writer in one
+// of the orders reads unwritten (0xff) memory or a stale value: the results change.
+struct Schedule {
+  enum Kind { kForward, kReverse, kShuffle } kind = kForward;
+  std::mt19937_64 rng;  // (guarded by g_exec_mu)
+};
+
+bool parse_schedule(const std::string& how, Schedule& r) {
+  if (how.empty() || how == "forward") {
+    r.kind = Schedule::kForward;
+  } else if (how == "reverse") {
+    r.kind = Schedule::kReverse;
+  } else if (how.rfind("shuffle", 0) == 0 && (how.size() == 7 || how[7] == ':')) {
+    r.kind = Schedule::kShuffle;
+    r.rng.seed(how.size() > 8 ? std::strtoull(how.c_str() + 8, nullptr, 10) : 1);
+  } else {
+    return false;
+  }
+  return true;
+}
+
+Schedule& schedule() {
+  static Schedule s = [] {
+    Schedule r;
+    const char* v = std::getenv("KITE_CUDA_EMU_SCHEDULE");
+    if (!parse_schedule(v != nullptr ? v : "", r)) {
+      std::fprintf(stderr, "cuda-emu: KITE_CUDA_EMU_SCHEDULE=%s: expected forward, reverse, shuffle or shuffle:SEED\n",
+                   v);
+      std::exit(2);
+    }
+    return r;
+  }();
+  return s;
+}
+
+// 0..n-1 in the schedule's order.
+void schedule_order(std::vector<uint32_t>& order, size_t n) {
+  order.resize(n);
+  std::iota(order.begin(), order.end(), uint32_t{0});
+  Schedule& s = schedule();
+  if (s.kind == Schedule::kReverse) std::reverse(order.begin(), order.end());
+  else if (s.kind == Schedule::kShuffle) std::shuffle(order.begin(), order.end(), s.rng);
+}
 
 // A barrier reached by a thread run without a fiber (see run_direct).
 struct DirectBarrier {};
@@ -271,9 +338,13 @@ bool run_block(Block& b, const std::function<void()>& body) {
     });
   }
   t_block = &b;
+  const bool forward = schedule().kind == Schedule::kForward;
+  std::vector<uint32_t> order;
   for (;;) {
     bool live = false;
-    for (Lane& l : b.lanes) {
+    if (!forward) schedule_order(order, b.lanes.size());
+    for (size_t i = 0; i < b.lanes.size(); ++i) {
+      Lane& l = b.lanes[forward ? i : order[i]];
       if (l.state != State::kReady) {
         live |= l.state != State::kDone;
         continue;
@@ -308,12 +379,16 @@ Direct run_direct(Block& b, const std::function<void()>& body) {
   t_block = &b;
   b.direct = true;
   Direct how = Direct::kDone;
-  for (Lane& l : b.lanes) {
+  const bool forward = schedule().kind == Schedule::kForward;
+  std::vector<uint32_t> order;
+  if (!forward) schedule_order(order, b.lanes.size());
+  for (size_t i = 0; i < b.lanes.size(); ++i) {
+    Lane& l = b.lanes[forward ? i : order[i]];
     set_lane(&l);
     try {
       body();
     } catch (const DirectBarrier&) {
-      if (&l == &b.lanes.front()) {
+      if (i == 0) {
         how = Direct::kRestart;
         break;
       }
@@ -353,6 +428,32 @@ uint64_t exchange(unsigned mask, uint64_t v, int src) {
 
 void* dynamic_shared() { return t_block->shared.data(); }
 
+bool set_schedule(const std::string& how) {
+  flush_all();  // work queued so far runs in the order it was queued under
+  std::lock_guard lock(g_exec_mu);
+  return parse_schedule(how, schedule());
+}
+
+void* static_shared(const void* tag, size_t bytes, size_t align) {
+  Block& b = *t_block;
+  for (const StaticShared& s : b.static_at)
+    if (s.tag == tag) return b.statics.data() + s.offset;
+  // The first thread of the launch to reach this declaration places it.
+  const auto base = reinterpret_cast<uintptr_t>(b.statics.data());
+  const uintptr_t at = (base + b.statics.size() + align - 1) / align * align;
+  const size_t end = at - base + bytes;
+  if (end + b.shared.size() > kMaxDynamicShared) {
+    // nvcc refuses more than 48 KiB of static shared memory; with dynamic memory beside it the
+    // launch fails. Past the reserved storage there is nothing to hand out: stop here.
+    std::fprintf(stderr, "cuda-emu: %s uses %zu bytes of shared memory (%zu dynamic): more than %zu\n", b.kernel,
+                 end + b.shared.size(), b.shared.size(), kMaxDynamicShared);
+    std::abort();
+  }
+  b.statics.resize(end, uint8_t{0xff});
+  b.static_at.push_back({tag, at - base});
+  return reinterpret_cast<void*>(at);
+}
+
 cudaError_t launch(dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t s, const char* name,
                    std::function<void()> body) {
   const uint64_t threads = uint64_t{block.x} * block.y * block.z;
@@ -371,23 +472,31 @@ cudaError_t launch(dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t s, c
     Block b;
     b.kernel = name;
     b.lanes.resize(static_cast<size_t>(block.x) * block.y * block.z);
-    b.shared.assign(shared_bytes, 0xff);  // unwritten shared memory reads as NaN
-    for (unsigned bz = 0; bz < grid.z; ++bz)
-      for (unsigned by = 0; by < grid.y; ++by)
-        for (unsigned bx = 0; bx < grid.x; ++bx) {
-          size_t t = 0;
-          for (unsigned z = 0; z < block.z; ++z)
-            for (unsigned y = 0; y < block.y; ++y)
-              for (unsigned x = 0; x < block.x; ++x, ++t) {
-                Lane& l = b.lanes[t];
-                l.ids = ThreadIds{uint3{x, y, z}, uint3{bx, by, bz}, block, grid};
-                l.lane = static_cast<int>(t % 32);
-                l.warp = static_cast<int>(t / 32);
-              }
-          const bool first = bx == 0 && by == 0 && bz == 0;
-          const Direct how = first || b.barriers > 0 ? Direct::kRestart : run_direct(b, body);
-          if (how == Direct::kFailed || (how == Direct::kRestart && !run_block(b, body))) return;
-        }
+    b.shared.resize(shared_bytes);
+    b.statics.reserve(kMaxDynamicShared + 256);  // (+ alignment): static_shared never reallocates
+    const bool forward = schedule().kind == Schedule::kForward;
+    const size_t blocks = size_t{grid.x} * grid.y * grid.z;
+    std::vector<uint32_t> order;
+    if (!forward) schedule_order(order, blocks);
+    for (size_t k = 0; k < blocks; ++k) {
+      const size_t i = forward ? k : order[k];
+      const auto bx = static_cast<unsigned>(i % grid.x), by = static_cast<unsigned>(i / grid.x % grid.y),
+                 bz = static_cast<unsigned>(i / (size_t{grid.x} * grid.y));
+      size_t t = 0;
+      for (unsigned z = 0; z < block.z; ++z)
+        for (unsigned y = 0; y < block.y; ++y)
+          for (unsigned x = 0; x < block.x; ++x, ++t) {
+            Lane& l = b.lanes[t];
+            l.ids = ThreadIds{uint3{x, y, z}, uint3{bx, by, bz}, block, grid};
+            l.lane = static_cast<int>(t % 32);
+            l.warp = static_cast<int>(t / 32);
+          }
+      fresh_shared(b);
+      // The first block to run decides whether its threads need fibers (any barrier so far).
+      Direct how = k == 0 || b.barriers > 0 ? Direct::kRestart : run_direct(b, body);
+      if (how == Direct::kRestart) fresh_shared(b);  // (the first thread wrote some before its barrier)
+      if (how == Direct::kFailed || (how == Direct::kRestart && !run_block(b, body))) return;
+    }
   });
 }
 

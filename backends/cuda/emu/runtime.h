@@ -110,6 +110,7 @@ cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec);
 
 // ---- what the emulator adds (for its kernel launcher and cuBLAS) ---------------------------
 #include <functional>
+#include <string>
 
 namespace kite::cuda::emu {
 
@@ -121,6 +122,10 @@ bool is_device_range(const void* p, size_t bytes);
 // A failure inside a kernel (a barrier not every thread reaches, ...): the first one is reported
 // on stderr, and every later synchronization returns cudaErrorLaunchFailure (sticky, as on a GPU).
 void kernel_failed(const char* kernel, const char* what);
+// The order blocks, and threads between barriers, run in: "forward", "reverse", "shuffle" or
+// "shuffle:SEED" (the environment's KITE_CUDA_EMU_SCHEDULE sets it at start; false for anything
+// else). Queued work runs first.
+bool set_schedule(const std::string& how);
 // Forgets a kernel failure and the work queued behind it (for the emulator's own tests: on a
 // GPU the process would have to start over).
 void clear_failure();

@@ -170,31 +170,32 @@ inline void mma_sync(fragment<accumulator, M, N, K, TD>& d, const fragment<matri
                 "wmma (emulated): half inputs accumulate in float, 8-bit inputs in int");
   detail::all_lanes();
   // Every lane holds the same fragments (the loads check the lanes' arguments agree), so lane 0
-  // computes the product once for its warp and the other lanes copy it: after a warp barrier the
-  // scheduler resumes the warp's lanes in order, lane 0 first. (A block runs at a time, so a
-  // function static indexed by warp is the block's.)
+  // computes the product once for its warp and, after a second barrier, the other lanes copy it
+  // (lanes resume from a barrier in any order: KITE_CUDA_EMU_SCHEDULE). The next mma_sync's first
+  // barrier keeps lane 0 from overwriting it before all have copied. (A block runs at a time, so
+  // a function static indexed by warp is the block's.)
   static TD shared_out[32][M * N];
   namespace emu = ::kite::cuda::emu;
   const auto& id = emu::ids();
   const unsigned warp = (id.thread_idx.x + id.block_dim.x * (id.thread_idx.y + id.block_dim.y * id.thread_idx.z)) / 32;
   TD* out = shared_out[warp];  // (d may be c)
-  if (emu::lane_id() != 0) {
-    for (int i = 0; i < M * N; ++i) d.x[i] = out[i];
-    return;
-  }
-  for (int i = 0; i < M; ++i)
-    for (int j = 0; j < N; ++j) {
-      if constexpr (kHalf) {
-        float s = c.x[i * N + j];
-        for (int e = 0; e < K; ++e) s += detail::to_float(a.x[i * K + e]) * detail::to_float(b.x[e * N + j]);
-        out[i * N + j] = s;
-      } else {
-        int64_t s = c.x[i * N + j];
-        for (int e = 0; e < K; ++e) s += static_cast<int64_t>(a.x[i * K + e]) * static_cast<int64_t>(b.x[e * N + j]);
-        if (satf) s = s < INT_MIN ? INT_MIN : (s > INT_MAX ? INT_MAX : s);
-        out[i * N + j] = static_cast<int>(static_cast<uint32_t>(static_cast<uint64_t>(s)));
+  if (emu::lane_id() == 0) {
+    for (int i = 0; i < M; ++i)
+      for (int j = 0; j < N; ++j) {
+        if constexpr (kHalf) {
+          float s = c.x[i * N + j];
+          for (int e = 0; e < K; ++e) s += detail::to_float(a.x[i * K + e]) * detail::to_float(b.x[e * N + j]);
+          out[i * N + j] = s;
+        } else {
+          int64_t s = c.x[i * N + j];
+          for (int e = 0; e < K; ++e)
+            s += static_cast<int64_t>(a.x[i * K + e]) * static_cast<int64_t>(b.x[e * N + j]);
+          if (satf) s = s < INT_MIN ? INT_MIN : (s > INT_MAX ? INT_MAX : s);
+          out[i * N + j] = static_cast<int>(static_cast<uint32_t>(static_cast<uint64_t>(s)));
+        }
       }
-    }
+  }
+  detail::all_lanes();  // lane 0 has computed it
   for (int i = 0; i < M * N; ++i) d.x[i] = out[i];
 }
 
