@@ -55,6 +55,28 @@ __global__ void split_barriers(float* out) {
   out[threadIdx.x] = 1.f;
 }
 
+// Divergent warp operations and barriers: the lanes (threads) wait at different ones.
+__global__ void divergent_shuffles(float* out) {
+  if (threadIdx.x % 2 == 0) out[threadIdx.x] = __shfl_xor_sync(0xffffffffu, 1.f, 1);
+  else out[threadIdx.x] = __shfl_xor_sync(0xffffffffu, 2.f, 1);
+}
+
+__global__ void divergent_syncthreads(float* out) {
+  if (threadIdx.x < 32) {
+    out[threadIdx.x] = 1.f;
+    __syncthreads();
+  } else {
+    out[threadIdx.x] = 2.f;
+    __syncthreads();
+  }
+}
+
+// Half the warp passes a mask without the other half; then a mask without the lane itself.
+__global__ void mismatched_masks(float* out) {
+  out[threadIdx.x] = __shfl_sync(threadIdx.x < 16 ? 0x0000ffffu : 0xffffffffu, 1.f, 0);
+}
+__global__ void mask_without_self(float* out) { out[threadIdx.x] = __shfl_sync(0x0000ffffu, 1.f, 0); }
+
 __global__ void add_one(float* x, int n) {
   const int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
   if (i < n) x[i] += 1.f;
@@ -129,14 +151,26 @@ TEST_CASE("cuda-emu: warp shuffles, shared memory and __syncthreads cooperate as
   cudaFree(dx), cudaFree(dout), cudaFree(dl);
 }
 
-TEST_CASE("cuda-emu: an exited lane in a shuffle, a barrier not all reach, a host pointer fail the kernel, stickily") {
-  float* d = device_alloc<float>(32);
+TEST_CASE("cuda-emu: an exited lane in a shuffle, divergent or unmatched barriers and masks, a host pointer fail the kernel, stickily") {
+  float* d = device_alloc<float>(64);
   KITE_KERNEL(1, 32, 0, nullptr, exited_lane)(d);
   CHECK(cudaGetLastError() == cudaSuccess);  // (a launch error would show here; this one runs later)
   CHECK(cudaDeviceSynchronize() == cudaErrorLaunchFailure);
   CHECK(cudaDeviceSynchronize() == cudaErrorLaunchFailure);  // sticky, as on a GPU
   clear_failure();
   KITE_KERNEL(1, 32, 0, nullptr, split_barriers)(d);
+  CHECK(cudaDeviceSynchronize() == cudaErrorLaunchFailure);
+  clear_failure();
+  KITE_KERNEL(1, 32, 0, nullptr, divergent_shuffles)(d);
+  CHECK(cudaDeviceSynchronize() == cudaErrorLaunchFailure);
+  clear_failure();
+  KITE_KERNEL(1, 64, 0, nullptr, divergent_syncthreads)(d);
+  CHECK(cudaDeviceSynchronize() == cudaErrorLaunchFailure);
+  clear_failure();
+  KITE_KERNEL(1, 32, 0, nullptr, mismatched_masks)(d);
+  CHECK(cudaDeviceSynchronize() == cudaErrorLaunchFailure);
+  clear_failure();
+  KITE_KERNEL(1, 32, 0, nullptr, mask_without_self)(d);
   CHECK(cudaDeviceSynchronize() == cudaErrorLaunchFailure);
   clear_failure();
   std::vector<float> host(32, 0.f);  // a host address passed to a kernel would fault on a GPU

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <source_location>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -153,18 +154,21 @@ struct ThreadState {
 extern thread_local constinit ThreadState* t_thread;
 inline const ThreadIds& ids() { return t_thread->ids; }
 inline int lane_id() { return t_thread->lane; }
-void sync_threads();
-void sync_warp(unsigned mask);
+// Where a thread waits (a barrier, a warp operation): every thread of the block (lane of the
+// warp) must wait at the same one, with the same mask, as a GPU requires.
+using Site = std::source_location;
+void sync_threads(Site site);
+void sync_warp(unsigned mask, Site site);
 // A warp exchange: every lane in `mask` offers `v` and gets the value lane `src` offered (its
 // own when `src` is out of range); all of the mask's lanes must take part, as on a GPU.
-uint64_t exchange(unsigned mask, uint64_t v, int src);
+uint64_t exchange(unsigned mask, uint64_t v, int src, Site site);
 
 template <class T>
-T shuffle(unsigned mask, T v, int src) {
+T shuffle(unsigned mask, T v, int src, Site site = Site::current()) {
   static_assert(sizeof(T) <= 8 && std::is_trivially_copyable_v<T>);
   uint64_t bits = 0;
   std::memcpy(&bits, &v, sizeof(T));
-  bits = exchange(mask, bits, src);
+  bits = exchange(mask, bits, src, site);
   T r;
   std::memcpy(&r, &bits, sizeof(T));
   return r;
@@ -230,24 +234,31 @@ Launcher<P...> kernel(G grid, B block, size_t shared, cudaStream_t s, const char
 #define gridDim (::kite::cuda::emu::ids().grid_dim)
 inline constexpr int warpSize = 32;
 
-inline void __syncthreads() { kite::cuda::emu::sync_threads(); }
-inline void __syncwarp(unsigned mask = 0xffffffffu) { kite::cuda::emu::sync_warp(mask); }
-template <class T>
-T __shfl_sync(unsigned mask, T v, int src, int width = 32) {
-  const int lane = kite::cuda::emu::lane_id();
-  return kite::cuda::emu::shuffle(mask, v, kite::cuda::emu::segment_base(lane, width) + (src & (width - 1)));
+inline void __syncthreads(kite::cuda::emu::Site site = kite::cuda::emu::Site::current()) {
+  kite::cuda::emu::sync_threads(site);
+}
+inline void __syncwarp(unsigned mask = 0xffffffffu, kite::cuda::emu::Site site = kite::cuda::emu::Site::current()) {
+  kite::cuda::emu::sync_warp(mask, site);
 }
 template <class T>
-T __shfl_xor_sync(unsigned mask, T v, int lane_mask, int width = 32) {
+T __shfl_sync(unsigned mask, T v, int src, int width = 32,
+              kite::cuda::emu::Site site = kite::cuda::emu::Site::current()) {
+  const int lane = kite::cuda::emu::lane_id();
+  return kite::cuda::emu::shuffle(mask, v, kite::cuda::emu::segment_base(lane, width) + (src & (width - 1)), site);
+}
+template <class T>
+T __shfl_xor_sync(unsigned mask, T v, int lane_mask, int width = 32,
+                  kite::cuda::emu::Site site = kite::cuda::emu::Site::current()) {
   const int lane = kite::cuda::emu::lane_id();
   const int src = lane ^ lane_mask;
   const bool in = (src & ~(width - 1)) == kite::cuda::emu::segment_base(lane, width);
-  return kite::cuda::emu::shuffle(mask, v, in ? src : lane);
+  return kite::cuda::emu::shuffle(mask, v, in ? src : lane, site);
 }
 template <class T>
-T __shfl_down_sync(unsigned mask, T v, unsigned delta, int width = 32) {
+T __shfl_down_sync(unsigned mask, T v, unsigned delta, int width = 32,
+                   kite::cuda::emu::Site site = kite::cuda::emu::Site::current()) {
   const int lane = kite::cuda::emu::lane_id();
   const int src = lane + static_cast<int>(delta);
   const bool in = src < kite::cuda::emu::segment_base(lane, width) + width;
-  return kite::cuda::emu::shuffle(mask, v, in ? src : lane);
+  return kite::cuda::emu::shuffle(mask, v, in ? src : lane, site);
 }

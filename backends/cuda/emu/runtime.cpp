@@ -169,6 +169,7 @@ struct Lane : ThreadState {
   ctx::fiber back;   // the scheduler (while the thread runs)
   State state = State::kReady;
   unsigned mask = 0;
+  Site site;  // where it waits
   uint64_t offer[2] = {0, 0};  // double-buffered: a lane can be one exchange ahead of a reader
   unsigned exchanges = 0;
 };
@@ -257,11 +258,12 @@ void set_lane(Lane* l) {
   t_thread = l;
 }
 
-void suspend(State s) {
+void suspend(State s, Site site) {
   if (t_block->direct) throw DirectBarrier{};
   ++t_block->barriers;
   Lane* me = t_lane;
   me->state = s;
+  me->site = site;
   me->back = std::move(me->back).resume();
   set_lane(me);  // (resumed by the scheduler)
 }
@@ -276,18 +278,35 @@ std::string states_of(const Block& b) {
          " at __syncthreads, " + std::to_string(done) + " exited";
 }
 
+bool same_site(const Site& a, const Site& b) {
+  return a.line() == b.line() && a.column() == b.column() && std::strcmp(a.file_name(), b.file_name()) == 0;
+}
+
+std::string where(const Site& s) {
+  const char* file = s.file_name();
+  const char* slash = std::strrchr(file, '/');
+  return std::string(slash != nullptr ? slash + 1 : file) + ":" + std::to_string(s.line());
+}
+
 // Releases what can go on: the whole block at __syncthreads once every live thread is there;
-// a warp at an exchange once every live lane of it is. Returns false with `why` on a deadlock
-// or an exchange that names an exited lane.
+// a warp at an exchange once every live lane of it is. Returns false with `why` on a deadlock,
+// threads waiting at different barriers or warp operations (or with different masks), or an
+// exchange that names an exited lane.
 bool release(Block& b, std::string& why) {
-  bool any = false, all_block = true, any_live = false;
+  bool any = false, all_block = true;
+  const Lane* first_live = nullptr;
   for (const Lane& l : b.lanes) {
     if (l.state == State::kDone) continue;
-    any_live = true;
+    if (first_live == nullptr) first_live = &l;
     if (l.state != State::kBlock) all_block = false;
   }
-  if (!any_live) return true;
+  if (first_live == nullptr) return true;
   if (all_block) {
+    for (const Lane& l : b.lanes)
+      if (l.state == State::kBlock && !same_site(l.site, first_live->site)) {
+        why = "threads wait at different __syncthreads (" + where(first_live->site) + " and " + where(l.site) + ")";
+        return false;
+      }
     for (Lane& l : b.lanes)
       if (l.state == State::kBlock) l.state = State::kReady;
     return true;
@@ -295,16 +314,37 @@ bool release(Block& b, std::string& why) {
   const int n = static_cast<int>(b.lanes.size());
   for (int w0 = 0; w0 < n; w0 += 32) {
     const int w1 = std::min(n, w0 + 32);
-    bool all_warp = true, live = false;
-    unsigned mask = 0;
+    bool all_warp = true;
+    const Lane* lead = nullptr;  // the warp's first live lane
     for (int i = w0; i < w1; ++i) {
       const Lane& l = b.lanes[static_cast<size_t>(i)];
       if (l.state == State::kDone) continue;
-      live = true;
+      if (lead == nullptr) lead = &l;
       if (l.state != State::kWarp) all_warp = false;
-      mask |= l.mask;
     }
-    if (!live || !all_warp) continue;
+    if (lead == nullptr || !all_warp) continue;
+    const unsigned mask = lead->mask;
+    for (int i = w0; i < w1; ++i) {
+      const Lane& l = b.lanes[static_cast<size_t>(i)];
+      if (l.state == State::kDone) continue;
+      if (!same_site(l.site, lead->site)) {
+        why = "the lanes of warp " + std::to_string(w0 / 32) + " wait at different warp operations (" +
+              where(lead->site) + " and " + where(l.site) + ")";
+        return false;
+      }
+      if (l.mask != mask) {
+        char masks[64];
+        std::snprintf(masks, sizeof masks, "0x%08x and 0x%08x", mask, l.mask);
+        why = "the lanes of warp " + std::to_string(w0 / 32) + " pass different masks (" + masks + ") at " +
+              where(l.site);
+        return false;
+      }
+      if (!(mask >> (i - w0) & 1u)) {
+        why = "lane " + std::to_string(i - w0) + " of warp " + std::to_string(w0 / 32) +
+              " is not in the mask it passes at " + where(l.site);
+        return false;
+      }
+    }
     for (int bit = 0; bit < 32; ++bit) {
       if (!(mask >> bit & 1u)) continue;
       const int i = w0 + bit;
@@ -408,19 +448,19 @@ std::string dims(dim3 d) { return std::to_string(d.x) + "x" + std::to_string(d.y
 
 // ---- kernel language ----------------------------------------------------------------------
 thread_local constinit ThreadState* t_thread = nullptr;
-void sync_threads() { suspend(State::kBlock); }
+void sync_threads(Site site) { suspend(State::kBlock, site); }
 
-void sync_warp(unsigned mask) {
+void sync_warp(unsigned mask, Site site) {
   t_lane->mask = mask;
-  suspend(State::kWarp);
+  suspend(State::kWarp, site);
 }
 
-uint64_t exchange(unsigned mask, uint64_t v, int src) {
+uint64_t exchange(unsigned mask, uint64_t v, int src, Site site) {
   Lane* me = t_lane;
   const unsigned slot = me->exchanges++ & 1u;
   me->offer[slot] = v;
   me->mask = mask;
-  suspend(State::kWarp);
+  suspend(State::kWarp, site);
   const size_t from = static_cast<size_t>(me->warp * 32 + src);
   if (src < 0 || src > 31 || from >= t_block->lanes.size()) return v;
   return t_block->lanes[from].offer[slot];
