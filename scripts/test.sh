@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
-# The whole test suite: build, every ctest test, the CUDA backend's tests on the CPU CUDA emulator,
-# the op tests on aarch64 under qemu, then each
-# fuzz target for a bounded time
-# (KITE_FUZZ_SECONDS per target, default 30; 0 skips fuzzing).
+# The whole test suite: build, every ctest test, the CUDA backend's tests on the CPU CUDA emulator
+# (in three execution orders, then sanitized), the op tests on aarch64 under qemu, then each fuzz
+# target for a bounded time (KITE_FUZZ_SECONDS per target, default 30; 0 skips fuzzing).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build="${KITE_BUILD_DIR:-build}"
@@ -20,9 +19,22 @@ if [ "${KITE_CUDA_EMU_TESTS:-1}" != "0" ]; then
   # kernel whose result depends on it (a missing barrier) fails here (emu/README.md). The
   # perplexity sweep, which adds no kernel the others do not run, runs once.
   for schedule in reverse shuffle; do
-    KITE_CUDA_EMU_SCHEDULE=$schedule ctest --test-dir "$emu" -j "$(nproc)" --output-on-failure -R '^cuda' \
-      -E 'every GGUF file'
+    KITE_CUDA_EMU_SCHEDULE=$schedule ctest --test-dir "$emu" -j "$(nproc)" --output-on-failure \
+      -R '^(cuda|ops)' -E 'every GGUF file'
   done
+  # And with the CUDA backend and its kernels under AddressSanitizer and UBSan: a read past an
+  # allocation or a misaligned load faults on a GPU, and here fails the test (only those sources
+  # are instrumented, so ccache has the rest from the build above). The F16 greedy test adds
+  # models, not kernels. KITE_CUDA_SANITIZE_TESTS=0 skips it.
+  if [ "${KITE_CUDA_SANITIZE_TESTS:-1}" != "0" ]; then
+    san="${emu}-sanitize"
+    export CCACHE_BASEDIR="$PWD"
+    cmake -S . -B "$san" -G Ninja -DCMAKE_BUILD_TYPE=Release -DKITE_CUDA_EMU=ON -DKITE_VULKAN=OFF \
+      -DKITE_CUDA_EMU_SANITIZE=ON >/dev/null
+    cmake --build "$san" -j "$(nproc)" --target kite-tests
+    ctest --test-dir "$san" -j "$(nproc)" --output-on-failure -R '^(cuda|ops)' \
+      -E 'every GGUF file|greedy output of the F16'
+  fi
 fi
 # The op conformance tests on aarch64 (NEON kernels), cross-built and run under qemu-user;
 # KITE_ARM_TESTS=0 skips them.

@@ -4,6 +4,16 @@
 // mma.sync (backends/cuda/mma.cuh) are checked here with kernels written for the purpose.
 #include <doctest/doctest.h>
 
+#if defined(__SANITIZE_ADDRESS__)
+#include <fcntl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#endif
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -279,6 +289,55 @@ TEST_CASE("cuda-emu: every block starts with unwritten shared memory; KITE_CUDA_
   CHECK(cudaFree(d) == cudaSuccess);
   CHECK(cudaFree(dc) == cudaSuccess);
 }
+
+#if defined(__SANITIZE_ADDRESS__)
+// Built with KITE_CUDA_EMU_SANITIZE: the two faults a GPU reports as "misaligned address" and
+// "illegal memory access" end the process here with the sanitizer's report. Each probe runs in a
+// forked child whose stderr goes to a file.
+namespace {
+
+__global__ void load_misaligned(const uint8_t* p, int* out) { out[0] = *reinterpret_cast<const int*>(p + 2); }
+__global__ void read_past_end(const float* p, float* out, int n) { out[0] = p[n]; }
+
+std::string child_fault(void (*probe)()) {
+  const std::string log = std::string(KITE_BINARY_DIR) + "/test-scratch/sanitize-probe.err";
+  std::filesystem::create_directories(std::filesystem::path(log).parent_path());
+  std::fflush(nullptr);
+  const pid_t pid = fork();
+  if (pid == 0) {
+    const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(fd, 2);
+    probe();
+    _exit(0);  // (no fault: the parent's check fails)
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  std::ifstream in(log);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return (WIFEXITED(status) && WEXITSTATUS(status) == 0 ? "exited cleanly\n" : "") + text;
+}
+
+}  // namespace
+
+TEST_CASE("cuda-emu: sanitized, a misaligned load and a read past an allocation end the run with a report") {
+  const std::string misaligned = child_fault([] {
+    uint8_t* p = device_alloc<uint8_t>(16);
+    int* out = device_alloc<int>(1);
+    KITE_KERNEL(1, 1, 0, nullptr, load_misaligned)(p, out);
+    cudaDeviceSynchronize();
+  });
+  CHECK(misaligned.find("misaligned address") != std::string::npos);
+  CHECK(misaligned.find("test_cuda_emu.cpp") != std::string::npos);  // (UBSan names the line)
+  const std::string past = child_fault([] {
+    float* p = device_alloc<float>(10);
+    float* out = device_alloc<float>(1);
+    KITE_KERNEL(1, 1, 0, nullptr, read_past_end)(p, out, 10);
+    cudaDeviceSynchronize();
+  });
+  CHECK(past.find("heap-buffer-overflow") != std::string::npos);
+  CHECK(past.find("read_past_end") != std::string::npos);
+}
+#endif
 
 TEST_CASE("cuda-emu: stream work runs at synchronization, fresh memory is NaN, copies check their pointers") {
   cudaStream_t s = nullptr;

@@ -5,6 +5,10 @@
 #include "backends/cuda/emu/kernel.h"
 
 #include <boost/context/fiber.hpp>
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+#include <sanitizer/common_interface_defs.h>
+#endif
 
 #include <algorithm>
 #include <chrono>
@@ -140,9 +144,29 @@ void flush_all() {
 }
 
 // ---- the kernel scheduler -----------------------------------------------------------------
-// Fiber stacks are reused: a block's threads are created for every block.
+// Built with AddressSanitizer (KITE_CUDA_EMU_SANITIZE), every switch between the scheduler's
+// stack and a thread's is announced to it, or it takes a thread's stack for a corrupted one.
+// The scheduler's stack, learned when a thread first starts.
+thread_local const void* t_sched_bottom = nullptr;
+thread_local size_t t_sched_size = 0;
+#if defined(__SANITIZE_ADDRESS__)
+void switch_start(void** fake, const void* bottom, size_t size) { __sanitizer_start_switch_fiber(fake, bottom, size); }
+void switch_done(void* fake, const void** bottom, size_t* size) { __sanitizer_finish_switch_fiber(fake, bottom, size); }
+constexpr size_t kStackBytes = 512 << 10;  // (instrumented frames are larger)
+#else
+void switch_start(void**, const void*, size_t) {}
+void switch_done(void*, const void**, size_t*) {}
 constexpr size_t kStackBytes = 128 << 10;
-std::vector<void*> g_free_stacks;  // (guarded by g_exec_mu, like all kernel execution)
+#endif
+
+// Fiber stacks are reused: a block's threads are created for every block.
+struct FreeStacks : std::vector<void*> {
+  ~FreeStacks() {
+    for (void* p : *this) std::free(p);
+  }
+};
+FreeStacks g_free_stacks;  // (guarded by g_exec_mu, like all kernel execution)
+void* g_last_stack = nullptr;      // the stack PooledStack handed out last
 
 struct PooledStack {
   ctx::stack_context allocate() {
@@ -154,6 +178,10 @@ struct PooledStack {
       p = std::malloc(kStackBytes);
       if (p == nullptr) std::abort();
     }
+#if defined(__SANITIZE_ADDRESS__)
+    __asan_unpoison_memory_region(p, kStackBytes);  // (frames a thread left when it was unwound)
+#endif
+    g_last_stack = p;
     ctx::stack_context sc;
     sc.size = kStackBytes;
     sc.sp = static_cast<char*>(p) + kStackBytes;
@@ -167,6 +195,8 @@ enum class State : uint8_t { kReady, kWarp, kBlock, kDone };
 struct Lane : ThreadState {
   ctx::fiber fiber;  // the thread (while it is suspended)
   ctx::fiber back;   // the scheduler (while the thread runs)
+  void* stack = nullptr;       // its fiber's stack (kStackBytes)
+  void* fake_stack = nullptr;  // (AddressSanitizer's, while it is suspended)
   State state = State::kReady;
   unsigned mask = 0;
   Site site;  // where it waits
@@ -264,7 +294,14 @@ void suspend(State s, Site site) {
   Lane* me = t_lane;
   me->state = s;
   me->site = site;
-  me->back = std::move(me->back).resume();
+  switch_start(&me->fake_stack, t_sched_bottom, t_sched_size);
+  try {
+    me->back = std::move(me->back).resume();
+  } catch (...) {  // (the scheduler unwinds a thread of a failed kernel)
+    switch_done(me->fake_stack, &t_sched_bottom, &t_sched_size);
+    throw;
+  }
+  switch_done(me->fake_stack, &t_sched_bottom, &t_sched_size);
   set_lane(me);  // (resumed by the scheduler)
 }
 
@@ -370,12 +407,20 @@ bool run_block(Block& b, const std::function<void()>& body) {
     l.mask = 0;
     Lane* lp = &l;
     l.fiber = ctx::fiber(std::allocator_arg, PooledStack(), [lp, &body](ctx::fiber&& back) {
+      switch_done(nullptr, &t_sched_bottom, &t_sched_size);
       lp->back = std::move(back);
       set_lane(lp);
-      body();
+      try {
+        body();
+      } catch (...) {  // (unwound: a failed kernel)
+        switch_start(nullptr, t_sched_bottom, t_sched_size);
+        throw;
+      }
       lp->state = State::kDone;
+      switch_start(nullptr, t_sched_bottom, t_sched_size);  // (this stack is done)
       return std::move(lp->back);
     });
+    l.stack = g_last_stack;
   }
   t_block = &b;
   const bool forward = schedule().kind == Schedule::kForward;
@@ -390,14 +435,23 @@ bool run_block(Block& b, const std::function<void()>& body) {
         continue;
       }
       set_lane(&l);
+      void* fake = nullptr;
+      switch_start(&fake, l.stack, kStackBytes);
       l.fiber = std::move(l.fiber).resume();
+      switch_done(fake, nullptr, nullptr);
       live |= l.state != State::kDone;
     }
     if (!live) break;
     std::string why;
     if (!release(b, why)) {
       kernel_failed(b.kernel, why.c_str());
-      for (Lane& l : b.lanes) l.fiber = ctx::fiber();  // unwinds the suspended threads
+      for (Lane& l : b.lanes) {  // unwinds the suspended threads
+        if (!l.fiber) continue;
+        void* fake = nullptr;
+        switch_start(&fake, l.stack, kStackBytes);
+        l.fiber = ctx::fiber();
+        switch_done(fake, nullptr, nullptr);
+      }
       set_lane(nullptr);
       return false;
     }
@@ -711,8 +765,8 @@ cudaError_t cudaMalloc(void** p, size_t bytes) {
   Memory& m = memory();
   std::lock_guard lock(m.mu);
   if (m.used + bytes > total_memory()) return fail(cudaErrorMemoryAllocation);
-  void* a = std::aligned_alloc(256, (std::max<size_t>(bytes, 1) + 255) / 256 * 256);
-  if (a == nullptr) return fail(cudaErrorMemoryAllocation);
+  void* a = nullptr;  // (exactly `bytes`: a sanitized build sees a read one past the end)
+  if (posix_memalign(&a, 256, std::max<size_t>(bytes, 1)) != 0) return fail(cudaErrorMemoryAllocation);
   std::memset(a, 0xff, bytes);  // uninitialized device memory reads as NaN, never as zeros
   m.device[reinterpret_cast<uintptr_t>(a)] = bytes;
   m.used += bytes;
