@@ -298,6 +298,12 @@ namespace {
 
 __global__ void load_misaligned(const uint8_t* p, int* out) { out[0] = *reinterpret_cast<const int*>(p + 2); }
 __global__ void read_past_end(const float* p, float* out, int n) { out[0] = p[n]; }
+__global__ void read_past_shared(float* out, int n) {
+  KITE_SHARED(four, float[4]);
+  for (int i = 0; i < 4; ++i) four[i] = 1.f;
+  const float* p = four;  // (through a pointer: not UBSan's array-bounds check, ASan's)
+  out[0] = p[n];
+}
 
 std::string child_fault(void (*probe)()) {
   const std::string log = std::string(KITE_BINARY_DIR) + "/test-scratch/sanitize-probe.err";
@@ -319,7 +325,7 @@ std::string child_fault(void (*probe)()) {
 
 }  // namespace
 
-TEST_CASE("cuda-emu: sanitized, a misaligned load and a read past an allocation end the run with a report") {
+TEST_CASE("cuda-emu: sanitized, a misaligned load and reads past an allocation or a shared array end the run with a report") {
   const std::string misaligned = child_fault([] {
     uint8_t* p = device_alloc<uint8_t>(16);
     int* out = device_alloc<int>(1);
@@ -336,6 +342,13 @@ TEST_CASE("cuda-emu: sanitized, a misaligned load and a read past an allocation 
   });
   CHECK(past.find("heap-buffer-overflow") != std::string::npos);
   CHECK(past.find("read_past_end") != std::string::npos);
+  const std::string shared = child_fault([] {
+    float* out = device_alloc<float>(1);
+    KITE_KERNEL(1, 1, 0, nullptr, read_past_shared)(out, 4);
+    cudaDeviceSynchronize();
+  });
+  CHECK(shared.find("heap-buffer-overflow") != std::string::npos);
+  CHECK(shared.find("read_past_shared") != std::string::npos);
 }
 #endif
 

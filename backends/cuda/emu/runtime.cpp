@@ -11,6 +11,7 @@
 #endif
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -74,6 +75,9 @@ cudaError_t sticky() {
   std::lock_guard lock(g_sticky_mu);
   return g_sticky;
 }
+
+// What the program asked of the runtime (counters(): tests of what a step does).
+std::atomic<uint64_t> g_mallocs{0}, g_frees{0}, g_host_waits{0}, g_launches{0}, g_graph_launches{0};
 
 // ---- memory -------------------------------------------------------------------------------
 struct Memory {
@@ -204,17 +208,23 @@ struct Lane : ThreadState {
   unsigned exchanges = 0;
 };
 
-// A KITE_SHARED variable of the running kernel.
+// A KITE_SHARED variable of the running kernel: its own allocation of exactly its size, so that
+// a sanitized build (KITE_CUDA_EMU_SANITIZE) sees an index past its end.
 struct StaticShared {
+  struct Free {
+    size_t align;
+    void operator()(uint8_t* p) const { ::operator delete[](p, std::align_val_t(align)); }
+  };
   const void* tag;
-  size_t offset;
+  size_t bytes;
+  std::unique_ptr<uint8_t[], Free> mem;
 };
 
 struct Block {
   std::vector<Lane> lanes;
-  std::vector<uint8_t> shared;          // dynamic shared memory
-  std::vector<uint8_t> statics;         // KITE_SHARED variables (kMaxShared reserved: never moves)
-  std::vector<StaticShared> static_at;  // where each lies in `statics`
+  std::vector<uint8_t> shared;        // dynamic shared memory (exactly its size, likewise)
+  std::vector<StaticShared> statics;  // KITE_SHARED variables
+  size_t static_bytes = 0;
   const char* kernel = "";
   uint64_t barriers = 0;  // reached by any thread of any block so far
   bool direct = false;    // threads run one after another on this stack, without fibers
@@ -224,7 +234,7 @@ struct Block {
 // previous block on that SM left).
 void fresh_shared(Block& b) {
   std::fill(b.shared.begin(), b.shared.end(), uint8_t{0xff});
-  std::fill(b.statics.begin(), b.statics.end(), uint8_t{0xff});
+  for (StaticShared& v : b.statics) std::memset(v.mem.get(), 0xff, v.bytes);
 }
 
 // ---- the order things run in (KITE_CUDA_EMU_SCHEDULE) ---------------------------------------
@@ -522,6 +532,10 @@ uint64_t exchange(unsigned mask, uint64_t v, int src, Site site) {
 
 void* dynamic_shared() { return t_block->shared.data(); }
 
+Counters counters() {
+  return Counters{g_mallocs.load(), g_frees.load(), g_host_waits.load(), g_launches.load(), g_graph_launches.load()};
+}
+
 bool set_schedule(const std::string& how) {
   flush_all();  // work queued so far runs in the order it was queued under
   std::lock_guard lock(g_exec_mu);
@@ -530,26 +544,27 @@ bool set_schedule(const std::string& how) {
 
 void* static_shared(const void* tag, size_t bytes, size_t align) {
   Block& b = *t_block;
-  for (const StaticShared& s : b.static_at)
-    if (s.tag == tag) return b.statics.data() + s.offset;
-  // The first thread of the launch to reach this declaration places it.
-  const auto base = reinterpret_cast<uintptr_t>(b.statics.data());
-  const uintptr_t at = (base + b.statics.size() + align - 1) / align * align;
-  const size_t end = at - base + bytes;
-  if (end + b.shared.size() > kMaxDynamicShared) {
+  for (const StaticShared& v : b.statics)
+    if (v.tag == tag) return v.mem.get();
+  // The first thread of the launch to reach this declaration allocates it.
+  if (b.static_bytes + bytes + b.shared.size() > kMaxDynamicShared) {
     // nvcc refuses more than 48 KiB of static shared memory; with dynamic memory beside it the
-    // launch fails. Past the reserved storage there is nothing to hand out: stop here.
+    // launch fails.
     std::fprintf(stderr, "cuda-emu: %s uses %zu bytes of shared memory (%zu dynamic): more than %zu\n", b.kernel,
-                 end + b.shared.size(), b.shared.size(), kMaxDynamicShared);
+                 b.static_bytes + bytes + b.shared.size(), b.shared.size(), kMaxDynamicShared);
     std::abort();
   }
-  b.statics.resize(end, uint8_t{0xff});
-  b.static_at.push_back({tag, at - base});
-  return reinterpret_cast<void*>(at);
+  align = std::max(align, alignof(std::max_align_t));
+  StaticShared v{tag, bytes, {static_cast<uint8_t*>(::operator new[](bytes, std::align_val_t(align))), {align}}};
+  std::memset(v.mem.get(), 0xff, bytes);
+  b.static_bytes += bytes;
+  b.statics.push_back(std::move(v));
+  return b.statics.back().mem.get();
 }
 
 cudaError_t launch(dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t s, const char* name,
                    std::function<void()> body) {
+  ++g_launches;
   const uint64_t threads = uint64_t{block.x} * block.y * block.z;
   if (threads == 0 || threads > 1024 || block.x > 1024 || block.y > 1024 || block.z > 64 || grid.x == 0 ||
       grid.y == 0 || grid.z == 0 || grid.y > 65535 || grid.z > 65535 || grid.x > 0x7fffffffu) {
@@ -567,7 +582,6 @@ cudaError_t launch(dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t s, c
     b.kernel = name;
     b.lanes.resize(static_cast<size_t>(block.x) * block.y * block.z);
     b.shared.resize(shared_bytes);
-    b.statics.reserve(kMaxDynamicShared + 256);  // (+ alignment): static_shared never reallocates
     const bool forward = schedule().kind == Schedule::kForward;
     const size_t blocks = size_t{grid.x} * grid.y * grid.z;
     std::vector<uint32_t> order;
@@ -756,12 +770,14 @@ cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) 
 }
 
 cudaError_t cudaDeviceSynchronize() {
+  ++g_host_waits;
   flush_all();
   return synced();
 }
 
 cudaError_t cudaMalloc(void** p, size_t bytes) {
   *p = nullptr;
+  ++g_mallocs;
   Memory& m = memory();
   std::lock_guard lock(m.mu);
   if (m.used + bytes > total_memory()) return fail(cudaErrorMemoryAllocation);
@@ -776,6 +792,7 @@ cudaError_t cudaMalloc(void** p, size_t bytes) {
 
 cudaError_t cudaFree(void* p) {
   if (p == nullptr) return cudaSuccess;
+  ++g_frees;
   flush_all();  // cudaFree waits for the device, as on a GPU
   Memory& m = memory();
   std::lock_guard lock(m.mu);
@@ -816,6 +833,7 @@ cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
 
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
   if (const cudaError_t e = check_copy(dst, src, bytes, kind); e != cudaSuccess) return e;
+  ++g_host_waits;  // (a blocking copy)
   // (The legacy default stream: it waits for work on blocking streams only, and kite's stream is
   // non-blocking, so nothing queued is run first.)
   flush(legacy_stream());
@@ -866,6 +884,7 @@ cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
       return fail(cudaErrorStreamCaptureUnsupported);
     }
   }
+  ++g_host_waits;
   flush(s);
   return synced();
 }
@@ -890,6 +909,7 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
 }
 
 cudaError_t cudaEventSynchronize(cudaEvent_t e) {
+  ++g_host_waits;
   if (e->stream != nullptr) flush(e->stream);
   return synced();
 }
@@ -928,6 +948,7 @@ cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph, unsig
 
 cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t s) {
   if (exec == nullptr) return fail(cudaErrorInvalidValue);
+  ++g_graph_launches;
   return enqueue(s, [exec] {
     for (auto& op : exec->ops) op();
   });

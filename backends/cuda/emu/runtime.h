@@ -122,6 +122,15 @@ bool is_device_range(const void* p, size_t bytes);
 // A failure inside a kernel (a barrier not every thread reaches, ...): the first one is reported
 // on stderr, and every later synchronization returns cudaErrorLaunchFailure (sticky, as on a GPU).
 void kernel_failed(const char* kernel, const char* what);
+// What the program has asked of the runtime so far, for tests of what a step does (no
+// allocation, no wait, no kernel launched from the host while a graph replays it).
+struct Counters {
+  uint64_t mallocs = 0, frees = 0;
+  uint64_t host_waits = 0;      // stream, event and device synchronizations, blocking copies
+  uint64_t launches = 0;        // kernels launched from the host (captured ones included)
+  uint64_t graph_launches = 0;  // cudaGraphLaunch
+};
+Counters counters();
 // The order blocks, and threads between barriers, run in: "forward", "reverse", "shuffle" or
 // "shuffle:SEED" (the environment's KITE_CUDA_EMU_SCHEDULE sets it at start; false for anything
 // else). Queued work runs first.
