@@ -17,6 +17,9 @@
 #ifdef KITE_CUDA
 #include "backends/cuda/cuda_backend.h"
 #endif
+#ifdef KITE_CUDA_EMU
+#include "backends/cuda/emu/runtime.h"
+#endif
 
 using namespace kite;
 using namespace kite::test;
@@ -151,7 +154,7 @@ TEST_CASE("cuda: the last layers on the GPU, the rest on the CPU, give the CPU's
   check_split_placement("cuda");
 }
 
-TEST_CASE("cuda: decode steps replayed as CUDA graphs give the eager steps' logits, bit for bit") {
+TEST_CASE("cuda: decode steps replayed as CUDA graphs give the eager steps' logits, bit for bit, without host work") {
   if (!have_gpu("CUDA graphs")) return;
 #ifdef KITE_CUDA
   // KITE_CUDA_GRAPHS is read when a backend is created: one context with graphs (the default),
@@ -175,10 +178,41 @@ TEST_CASE("cuda: decode steps replayed as CUDA graphs give the eager steps' logi
     }
     int32_t t0 = argmax_of(eager->logits(0)), t1 = argmax_of(eager->logits(1));
     int mismatched = 0;
+#ifdef KITE_CUDA_EMU
+    // What a replayed step asks of the host: no allocation, no kernel launched one by one, one
+    // wait (for the logits); op by op, no allocation either once the scratch has grown.
+    using kite::cuda::emu::counters;
+    struct Step {
+      uint64_t mallocs, frees, waits, launches, graphs;
+    };
+    auto since = [](const kite::cuda::emu::Counters& a) {
+      const kite::cuda::emu::Counters b = counters();
+      return Step{b.mallocs - a.mallocs, b.frees - a.frees, b.host_waits - a.host_waits, b.launches - a.launches,
+                  b.graph_launches - a.graph_launches};
+    };
+    int steady_graph_steps = 0, steady_eager_steps = 0;
+#endif
     for (int step = 0; step < 24; ++step) {
       const BatchToken two[2] = {{t0, 0, true}, {t1, 1, true}};
       const std::span<const BatchToken> batch(two, step < 12 ? 1 : 2);  // one sequence, then two
+#ifdef KITE_CUDA_EMU
+      const bool steady = step >= 4 && step < 12;  // (a batch size's first steps run eager, then capture)
+      for (Context* c : {graphs.get(), eager.get()}) {
+        const kite::cuda::emu::Counters before_step = counters();
+        REQUIRE(c->decode(batch).ok());
+        const Step d = since(before_step);
+        if (!steady) continue;
+        CHECK(d.mallocs == 0);
+        CHECK(d.frees == 0);
+        if (c == graphs.get()) {
+          steady_graph_steps += d.graphs == 1 && d.launches == 0 && d.waits == 1;
+        } else {
+          steady_eager_steps += d.graphs == 0 && d.launches > 10 && d.waits == 1;
+        }
+      }
+#else
       for (Context* c : {graphs.get(), eager.get()}) REQUIRE(c->decode(batch).ok());
+#endif
       for (int s = 0; s < static_cast<int>(batch.size()); ++s) {
         const auto a = graphs->logits(s), b = eager->logits(s);
         mismatched += !std::equal(a.begin(), a.end(), b.begin(), b.end());
@@ -190,6 +224,10 @@ TEST_CASE("cuda: decode steps replayed as CUDA graphs give the eager steps' logi
     MESSAGE(std::string(name), ": ", launched, " steps launched as graphs");
     CHECK(mismatched == 0);
     CHECK(launched > 10);
+#ifdef KITE_CUDA_EMU
+    CHECK(steady_graph_steps == 8);
+    CHECK(steady_eager_steps == 8);
+#endif
   }
 #endif
 }

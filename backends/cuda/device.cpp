@@ -172,11 +172,12 @@ Status Device::upload(void* dst, const void* src, size_t bytes) {
 Status Device::download(void* dst, const void* src, size_t bytes) {
   auto* h = static_cast<uint8_t*>(dst);
   const auto* d = static_cast<const uint8_t*>(src);
-  KITE_TRY(synchronize());
+  // One wait per staging-sized chunk: the copy into staging is ordered after the step's kernels
+  // and after the uploads still reading staging (one stream), and once it is done, so are they.
   while (bytes > 0) {
     const size_t n = std::min(bytes, staging_bytes_);
     KITE_CUDA_CHECK(cudaMemcpyAsync(staging_.get(), d, n, cudaMemcpyDeviceToHost, stream()));
-    KITE_CUDA_CHECK(cudaStreamSynchronize(stream()));
+    KITE_TRY(synchronize());
     std::memcpy(h, staging_.get(), n);
     d += n, h += n, bytes -= n;
   }

@@ -57,6 +57,7 @@ class Backend {
   virtual Result<std::unique_ptr<Buffer>> alloc(size_t bytes) = 0;
   // Host <-> tensor bytes (tensor's own buffer); `offset` in bytes from the tensor's start.
   virtual Status upload(const Tensor& t, const void* src, size_t bytes, size_t offset = 0) = 0;
+  // download() waits for the work queued before it (its wait can be a step's only one).
   virtual Status download(const Tensor& t, void* dst, size_t bytes, size_t offset = 0) const = 0;
   // Bytes from one tensor of this backend to another (both in its buffers), e.g. a KV block
   // copied on write. The default stages through the host; device backends copy on the device.

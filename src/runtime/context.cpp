@@ -345,19 +345,18 @@ Status Context::decode(std::span<const BatchToken> batch, OutputKind kind) {
     KITE_TRY(upload(rs.in.out_rows, out, static_cast<size_t>(o) * sizeof(int32_t)));
     KITE_TRY(upload(rs.in.block_table, table, rs.in.block_table->nbytes()));
   }
-  KITE_TRY(compute(*step));
-  for (const BatchToken& t : batch) kv_->advance(t.seq, std::span<const int32_t>(&t.token, 1));
-
+  Backend& out_be = *step->backends[static_cast<size_t>(step->split.backend_of(step->out))];
+  KITE_TRY(compute(*step, &out_be));
   n_outputs_ = static_cast<size_t>(o);
   std::vector<float>& dst = kind == OutputKind::kHidden ? hidden_ : logits_;
   dst.resize(n_outputs_ * static_cast<size_t>(kind == OutputKind::kHidden ? hp.n_embd : hp.n_vocab));
-  Backend& out_be = *step->backends[static_cast<size_t>(step->split.backend_of(step->out))];
   KITE_TRY(out_be.download(*step->out, dst.data(), dst.size() * sizeof(float)));
+  for (const BatchToken& t : batch) kv_->advance(t.seq, std::span<const int32_t>(&t.token, 1));
   if (kind == OutputKind::kLogits) logits_from_eval_ = false;
   return ok_status();
 }
 
-Status Context::compute(Step& step) {
+Status Context::compute(Step& step, const Backend* downloads_next) {
   if (!step.peers.empty()) {
     // Every rank at once (their all_reduce nodes meet in the communicator). A rank that fails
     // aborts the group, so none waits for it; the first rank's own error is reported.
@@ -392,7 +391,8 @@ Status Context::compute(Step& step) {
       return match ? dump_op(node, be, step_no) : ok_status();
     }));
   }
-  for (Backend* b : step.backends) KITE_TRY(b->synchronize());
+  for (Backend* b : step.backends)
+    if (b != downloads_next) KITE_TRY(b->synchronize());
   return ok_status();
 }
 

@@ -110,7 +110,9 @@ class Context {
   Result<Step*> step_for(int64_t n_tokens, int64_t n_outputs, OutputKind kind);
   Status dump_op(const Tensor& n, Backend& backend, int step_no);
   // Runs the step's graphs: one, or with tensor parallelism every rank's at once.
-  Status compute(Step& step);
+  // Runs a step and waits for its backends, except `downloads_next`, whose download right after
+  // is the wait (one host round trip a decode step, not two).
+  Status compute(Step& step, const Backend* downloads_next = nullptr);
 
   std::shared_ptr<const Model> model_;
   ContextOptions opts_;
