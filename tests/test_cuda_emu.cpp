@@ -168,21 +168,16 @@ TEST_CASE("cuda-emu: an exited lane in a shuffle, divergent or unmatched barrier
   CHECK(cudaDeviceSynchronize() == cudaErrorLaunchFailure);
   CHECK(cudaDeviceSynchronize() == cudaErrorLaunchFailure);  // sticky, as on a GPU
   clear_failure();
-  KITE_KERNEL(1, 32, 0, nullptr, split_barriers)(d);
-  CHECK(cudaDeviceSynchronize() == cudaErrorLaunchFailure);
-  clear_failure();
-  KITE_KERNEL(1, 32, 0, nullptr, divergent_shuffles)(d);
-  CHECK(cudaDeviceSynchronize() == cudaErrorLaunchFailure);
-  clear_failure();
-  KITE_KERNEL(1, 64, 0, nullptr, divergent_syncthreads)(d);
-  CHECK(cudaDeviceSynchronize() == cudaErrorLaunchFailure);
-  clear_failure();
-  KITE_KERNEL(1, 32, 0, nullptr, mismatched_masks)(d);
-  CHECK(cudaDeviceSynchronize() == cudaErrorLaunchFailure);
-  clear_failure();
-  KITE_KERNEL(1, 32, 0, nullptr, mask_without_self)(d);
-  CHECK(cudaDeviceSynchronize() == cudaErrorLaunchFailure);
-  clear_failure();
+  const struct {
+    void (*kernel)(float*);
+    int threads;
+  } failing[] = {{split_barriers, 32},   {divergent_shuffles, 32}, {divergent_syncthreads, 64},
+                 {mismatched_masks, 32}, {mask_without_self, 32}};
+  for (const auto& f : failing) {
+    KITE_KERNEL(1, f.threads, 0, nullptr, f.kernel)(d);
+    CHECK(cudaDeviceSynchronize() == cudaErrorLaunchFailure);
+    clear_failure();
+  }
   std::vector<float> host(32, 0.f);  // a host address passed to a kernel would fault on a GPU
   KITE_KERNEL(1, 32, 0, nullptr, add_one)(host.data(), 32);
   CHECK(cudaDeviceSynchronize() == cudaErrorLaunchFailure);
