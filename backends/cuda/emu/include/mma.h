@@ -81,17 +81,21 @@ inline void fail(const char* op, const std::string& what) {
 
 // All 32 lanes of the warp take part: a full-warp exchange fails the kernel otherwise (where a
 // __syncwarp() alone would release the lanes still running).
-inline void all_lanes() { (void)::kite::cuda::emu::shuffle(0xffffffffu, 0u, 0); }
+// (The wait is where all_lanes is called: lanes at two different warp matrix operations fail.)
+inline void all_lanes(::kite::cuda::emu::Site site = ::kite::cuda::emu::Site::current()) {
+  (void)::kite::cuda::emu::shuffle(0xffffffffu, 0u, 0, site);
+}
 
 // The warp-collective prologue of the loads and stores: all 32 lanes arrive (one full-warp
 // exchange), and all pass lane 0's pointer, stride and layout (each lane compares its own with
 // lane 0's, received in the same exchange); the pointer is 256-bit aligned and the stride 16
 // bytes' worth.
-inline void enter(const char* op, const void* p, unsigned ldm, int layout, size_t elem_bytes) {
+inline void enter(const char* op, const void* p, unsigned ldm, int layout, size_t elem_bytes,
+                  ::kite::cuda::emu::Site site = ::kite::cuda::emu::Site::current()) {
   namespace emu = ::kite::cuda::emu;
   const auto bits = reinterpret_cast<uint64_t>(p);
   const uint64_t key = bits * 0x9e3779b97f4a7c15ull ^ (static_cast<uint64_t>(ldm) << 8 | static_cast<uint64_t>(layout & 0xff));
-  if (emu::shuffle(0xffffffffu, key, 0) != key) {
+  if (emu::shuffle(0xffffffffu, key, 0, site) != key) {
     fail(op, "the lanes of the warp passed different pointers, strides or layouts");
     return;
   }
