@@ -283,6 +283,7 @@ Result<std::unique_ptr<Backend>> make_cuda_backend(const BackendOptions& opts) {
 }
 
 Result<BandwidthReport> cuda_measure_bandwidth(int device, size_t bytes, int reps) {
+  constexpr size_t kHostCopyBytes = size_t{64} << 20;
   const int n = cuda_device_count();
   if (n == 0) return make_error("cuda: no CUDA device found");
   if (device < 0 || device >= n) return make_error("cuda: device ", device, " does not exist");
@@ -302,27 +303,41 @@ Result<BandwidthReport> cuda_measure_bandwidth(int device, size_t bytes, int rep
   std::unique_ptr<CUevent_st, decltype(&cudaEventDestroy)> start_guard(start, &cudaEventDestroy);
   KITE_CUDA_CHECK(cudaEventCreate(&stop));
   std::unique_ptr<CUevent_st, decltype(&cudaEventDestroy)> stop_guard(stop, &cudaEventDestroy);
-  auto time_one = [&](bool kernel) -> Result<double> {
+  // GB/s of `moved` bytes per run of `op`: the median of `reps` runs after one to warm up.
+  auto time_op = [&](auto op, double moved) -> Result<double> {
     std::vector<float> ms;
     for (int i = 0; i < reps + 1; ++i) {
       KITE_CUDA_CHECK(cudaEventRecord(start, dev->stream()));
-      if (kernel) {
-        KITE_CUDA_CHECK(launch_copy_kernel(src.get(), dst.get(), bytes, dev->stream()));
-      } else {
-        KITE_CUDA_CHECK(cudaMemcpyAsync(dst.get(), src.get(), bytes, cudaMemcpyDeviceToDevice, dev->stream()));
-      }
+      KITE_CUDA_CHECK(op());
       KITE_CUDA_CHECK(cudaEventRecord(stop, dev->stream()));
       KITE_CUDA_CHECK(cudaEventSynchronize(stop));
       float t = 0;
       KITE_CUDA_CHECK(cudaEventElapsedTime(&t, start, stop));
-      if (i > 0) ms.push_back(t);  // the first run warms up
+      if (i > 0) ms.push_back(t);
     }
     std::sort(ms.begin(), ms.end());
-    const double med = ms[ms.size() / 2] / 1e3;
-    return 2.0 * static_cast<double>(bytes) / med / 1e9;
+    return moved / (ms[ms.size() / 2] / 1e3) / 1e9;
   };
-  KITE_ASSIGN_OR_RETURN(r.copy_gbps, time_one(true));
-  KITE_ASSIGN_OR_RETURN(r.memcpy_gbps, time_one(false));
+  const double both_ways = 2.0 * static_cast<double>(bytes);
+  KITE_ASSIGN_OR_RETURN(r.copy_gbps, time_op([&] { return launch_copy_kernel(src.get(), dst.get(), bytes, dev->stream()); },
+                                             both_ways));
+  KITE_ASSIGN_OR_RETURN(r.memcpy_gbps, time_op([&] {
+                          return cudaMemcpyAsync(dst.get(), src.get(), bytes, cudaMemcpyDeviceToDevice, dev->stream());
+                        }, both_ways));
+  // Across the bus, to and from pinned memory: what a step's logits download costs.
+  r.host_bytes = std::min(bytes, kHostCopyBytes);
+  void* pinned = nullptr;
+  KITE_CUDA_CHECK(cudaMallocHost(&pinned, r.host_bytes));
+  const HostPtr host(pinned);
+  const double once = static_cast<double>(r.host_bytes);
+  KITE_ASSIGN_OR_RETURN(r.d2h_gbps, time_op([&] {
+                          return cudaMemcpyAsync(host.get(), src.get(), r.host_bytes, cudaMemcpyDeviceToHost,
+                                                 dev->stream());
+                        }, once));
+  KITE_ASSIGN_OR_RETURN(r.h2d_gbps, time_op([&] {
+                          return cudaMemcpyAsync(dst.get(), host.get(), r.host_bytes, cudaMemcpyHostToDevice,
+                                                 dev->stream());
+                        }, once));
   return r;
 }
 

@@ -42,6 +42,9 @@ Status cuda_check_cublas();
 struct BandwidthReport {
   double copy_gbps = 0;      // the kite copy kernel
   double memcpy_gbps = 0;    // cudaMemcpyAsync device-to-device, for comparison
+  double d2h_gbps = 0;       // device to pinned host memory (a step's logits come back this way)
+  double h2d_gbps = 0;       // pinned host memory to device
+  size_t host_bytes = 0;     // bytes of those copies (at most 64 MiB)
   std::string device_name;
   double total_gib = 0;      // device memory
 };
