@@ -358,6 +358,15 @@ TEST_CASE("sampler: greedy takes the lowest id among ties, argmax skips banned t
   CHECK(g.sample(std::vector<float>{1.f, 4.f, 2.f, 4.f, 4.f}) == 1);
   CHECK(Sampler::argmax(std::vector<float>{-kInf, -kInf, -5.f}) == 2);
   CHECK(Sampler::argmax(std::vector<float>{}) == -1);
+  // Rows longer than argmax's blocks: ties across and within blocks, NaN, a partial last block.
+  std::vector<float> row(5000, 1.f);
+  row[17] = std::nanf("");
+  row[3001] = row[1200] = row[1100] = 9.f;
+  CHECK(Sampler::argmax(row) == 1100);
+  row[4999] = 9.5f;
+  CHECK(Sampler::argmax(row) == 4999);
+  std::fill(row.begin(), row.end(), -kInf);
+  CHECK(Sampler::argmax(row) == -1);
   // Ties at the top-k boundary resolve the same way: token 3 (the lower id) stays, token 4 goes.
   SamplerParams k = plain(1.f);
   k.top_k = 2;

@@ -44,6 +44,7 @@ std::vector<std::vector<int32_t>> prompts(size_t n) {
 
 struct Outcome {
   std::vector<int32_t> tokens;
+  std::vector<float> logprobs;  // (sampling.n_logprobs > 0)
   std::string text;
   FinishReason reason = FinishReason::kNone;
   int finished_events = 0;
@@ -58,7 +59,7 @@ struct Collector {
     r.params = std::move(p);
     r.on_event = [this](const StreamEvent& e) {
       Outcome& o = by_choice[{e.request, e.choice}];
-      if (e.token >= 0) o.tokens.push_back(e.token);
+      if (e.token >= 0) o.tokens.push_back(e.token), o.logprobs.push_back(e.logprob);
       o.text += e.text;
       if (e.finished) {
         o.reason = e.reason;
@@ -309,6 +310,51 @@ TEST_CASE("scheduler: a JSON schema constrains sampled output on a real model") 
     CHECK(j["age"].is_number_integer());
   }
   CHECK(complete >= 4);
+}
+
+TEST_CASE("scheduler: rows sampled on several threads give the tokens and logprobs of one thread") {
+  // Greedy, seeded temperature sampling with logprobs, penalties, a logit bias, a grammar (always
+  // on the engine thread) and n = 2 choices (their first row is sampled there too), all at once.
+  auto g = Grammar::from_json_schema(R"({"type":"object","properties":{"n":{"type":"integer"}},"required":["n"]})");
+  REQUIRE(g.ok());
+  const auto ps = prompts(12);
+  auto run = [&](int32_t threads) {
+    auto ctx = make_context(16);
+    SchedulerOptions so;
+    so.sampling_threads = threads;
+    so.parallel_sampling_floats = 1;  // (the test vocabulary is small: always take the parallel path)
+    Scheduler s(*ctx, engine().tok, so);
+    Collector col;
+    std::vector<std::pair<uint64_t, int32_t>> keys;
+    for (size_t i = 0; i < ps.size(); ++i) {
+      GenerationParams p = greedy(20);
+      if (i % 2 == 1) {
+        p.sampling.temperature = 0.9f;
+        p.sampling.seed = i;
+        p.sampling.n_logprobs = 3;
+      }
+      if (i % 3 == 0) p.sampling.repeat_penalty = 1.3f;
+      if (i == 4) p.sampling.logit_bias = {{ps[4].back(), 5.f}};
+      if (i == 5) p.grammar = *g;
+      if (i == 7) p.n = 2;
+      auto id = s.submit(col.make(ps[i], p));
+      REQUIRE(id.ok());
+      for (int32_t c = 0; c < p.n; ++c) keys.emplace_back(*id, c);
+    }
+    REQUIRE(s.run_until_idle().ok());
+    std::vector<Outcome> out;
+    for (const auto& [id, c] : keys) out.push_back(col.at(id, c));
+    return out;
+  };
+  const std::vector<Outcome> one = run(1), three = run(3);
+  REQUIRE(one.size() == three.size());
+  for (size_t i = 0; i < one.size(); ++i) {
+    CHECK_MESSAGE(one[i].tokens == three[i].tokens, "request ", i);
+    CHECK(one[i].text == three[i].text);
+    CHECK(one[i].logprobs == three[i].logprobs);
+    CHECK(one[i].reason == three[i].reason);
+    CHECK(one[i].tokens.size() > 0);
+  }
 }
 
 TEST_CASE("scheduler: forks, cancellations and preemption together leave nothing behind") {

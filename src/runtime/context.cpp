@@ -2,11 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
-#include <condition_variable>
 #include <cstdio>
 #include <cstring>
-#include <mutex>
-#include <thread>
 
 namespace kite {
 
@@ -17,63 +14,6 @@ struct Context::Step {
   std::vector<Backend*> backends;  // what the split's backend indices name
   SplitGraph split;                // backends of the nodes, copies at the boundaries, memory plans
   std::vector<std::unique_ptr<Step>> peers;  // tensor parallelism: ranks 1.. (this step is rank 0)
-};
-
-// Tensor parallelism: ranks 1.. run on threads of their own, rank 0 on the caller's.
-class Context::RankThreads {
- public:
-  explicit RankThreads(int world) {
-    for (int r = 1; r < world; ++r) threads_.emplace_back([this, r] { loop(r); });
-  }
-  ~RankThreads() {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      stop_ = true;
-      ++generation_;
-    }
-    cv_.notify_all();
-    for (std::thread& t : threads_) t.join();
-  }
-  // fn(rank) on every rank at once; returns when all have returned.
-  void run(const std::function<void(int)>& fn) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      fn_ = &fn;
-      pending_ = threads_.size();
-      ++generation_;
-    }
-    cv_.notify_all();
-    fn(0);
-    std::unique_lock<std::mutex> lock(mu_);
-    done_.wait(lock, [&] { return pending_ == 0; });
-    fn_ = nullptr;
-  }
-
- private:
-  void loop(int rank) {
-    uint64_t seen = 0;
-    for (;;) {
-      const std::function<void(int)>* fn = nullptr;
-      {
-        std::unique_lock<std::mutex> lock(mu_);
-        cv_.wait(lock, [&] { return generation_ != seen; });
-        seen = generation_;
-        if (stop_) return;
-        fn = fn_;
-      }
-      (*fn)(rank);
-      std::lock_guard<std::mutex> lock(mu_);
-      if (--pending_ == 0) done_.notify_all();
-    }
-  }
-
-  std::mutex mu_;
-  std::condition_variable cv_, done_;
-  std::vector<std::thread> threads_;
-  const std::function<void(int)>* fn_ = nullptr;
-  size_t pending_ = 0;
-  uint64_t generation_ = 0;
-  bool stop_ = false;
 };
 
 namespace {
@@ -136,7 +76,7 @@ Status Context::open_backends() {
     }
     for (auto& b : backends_) backend_ptrs_.push_back(b.get());
     placement_ = [](int32_t) { return 0; };
-    rank_threads_ = std::make_unique<RankThreads>(world);
+    rank_threads_ = std::make_unique<ThreadTeam>(world);
     return ok_status();
   }
   const int32_t n = opts_.gpu_layers;

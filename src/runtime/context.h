@@ -17,6 +17,7 @@
 #include <tuple>
 #include <vector>
 
+#include "src/base/thread_team.h"
 #include "src/core/backend.h"
 #include "src/core/comm.h"
 #include "src/core/planner.h"
@@ -103,7 +104,6 @@ class Context {
 
  private:
   struct Step;
-  class RankThreads;
   Context();
   Status open_backends();
   Status check_device_memory() const;
@@ -117,7 +117,7 @@ class Context {
   std::shared_ptr<const Model> model_;
   ContextOptions opts_;
   std::unique_ptr<Communicator> comm_;          // tensor parallelism: the ranks' group
-  std::unique_ptr<RankThreads> rank_threads_;  // runs ranks 1.. beside the caller's rank 0
+  std::unique_ptr<ThreadTeam> rank_threads_;  // runs ranks 1.. beside the caller's rank 0
   std::vector<std::unique_ptr<Backend>> backends_;
   std::vector<Backend*> backend_ptrs_;
   std::function<int(int32_t layer)> placement_;

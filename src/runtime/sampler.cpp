@@ -101,10 +101,20 @@ Status Sampler::validate(const SamplerParams& p, int32_t n_vocab) {
   return ok_status();
 }
 
+// One vectorized pass over the row (a batched step samples dozens of 0.5 MB rows): the maximum
+// of each block of 512, keeping the first block that reaches the final one, then the first index
+// of it inside that block (ties go to the lowest id).
 int32_t Sampler::argmax(std::span<const float> logits) {
-  const float m = max_allowed(logits);
+  constexpr size_t kBlock = 512;
+  float m = kNegInf;
+  size_t first = 0;
+  for (size_t b = 0; b < logits.size(); b += kBlock) {
+    const float bm = max_allowed(logits.subspan(b, std::min(kBlock, logits.size() - b)));
+    if (bm > m) m = bm, first = b;
+  }
   if (m == kNegInf) return -1;
-  return static_cast<int32_t>(std::find(logits.begin(), logits.end(), m) - logits.begin());
+  const auto block = logits.subspan(first, std::min(kBlock, logits.size() - first));
+  return static_cast<int32_t>(first + static_cast<size_t>(std::find(block.begin(), block.end(), m) - block.begin()));
 }
 
 // --- penalty window ------------------------------------------------------------------------------

@@ -1,8 +1,10 @@
 #include "src/runtime/scheduler.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <optional>
+#include <thread>
 
 #include "src/runtime/grammar/grammar.h"
 
@@ -334,6 +336,7 @@ Status Scheduler::step() {
   if (info.prompt_seqs == 0 && !ctx_.last_built_graph()) target_cost_.add(static_cast<double>(batch_.size()), info.seconds);
   ++stats_.steps;
   stats_.computed_tokens += static_cast<int64_t>(batch_.size());
+  presample();
   size_t out = 0;
   for (const Chunk& c : chunks_) {
     Seq* s = c.seq;
@@ -614,11 +617,53 @@ Status Scheduler::fork_choices(Seq& s) {
   return ok_status();
 }
 
+void Scheduler::presample() {
+  presampled_.clear();
+  presampled_next_ = 0;
+  size_t out = 0;  // the rows as step() walks them
+  for (const Chunk& c : chunks_) {
+    const Seq* s = c.seq;
+    if (c.n_draft > 0) {
+      out += static_cast<size_t>(c.n_draft) + 1;
+      continue;
+    }
+    if (s->computed + c.n != static_cast<int64_t>(s->tokens.size())) continue;
+    const size_t row = out++;
+    // (Forking choices share the row, and a grammar's matcher is not for other threads.)
+    if (s->done || s->grammar || (s->job->req.params.n > 1 && !s->job->forked)) continue;
+    presampled_.push_back({c.seq, row, -1});
+  }
+  int threads = opts_.sampling_threads;
+  if (threads <= 0) threads = static_cast<int>(std::min(8u, std::max(1u, std::thread::hardware_concurrency())));
+  const int64_t floats = static_cast<int64_t>(presampled_.size()) * ctx_.model().hparams().n_vocab;
+  if (threads <= 1 || presampled_.size() < 2 || floats < opts_.parallel_sampling_floats) {
+    presampled_.clear();
+    return;
+  }
+  if (!sampling_team_ || sampling_team_->size() != threads) sampling_team_ = std::make_unique<ThreadTeam>(threads);
+  std::atomic<size_t> next{0};
+  sampling_team_->run([&](int) {
+    for (size_t i = next++; i < presampled_.size(); i = next++) {
+      Presampled& p = presampled_[i];
+      p.token = p.seq->sampler.sample(ctx_.logits(p.row));
+    }
+  });
+}
+
 void Scheduler::emit_token(Seq& s, std::span<const float> logits) {
+  int32_t token = -1;
+  if (presampled_next_ < presampled_.size() && presampled_[presampled_next_].seq == &s) {
+    token = presampled_[presampled_next_++].token;
+  } else if (s.done) {
+    return;
+  } else if (s.grammar) {  // the grammar masks a copy; otherwise the row is read where it is
+    logits_.assign(logits.begin(), logits.end());
+    s.grammar->apply(logits_);
+    token = s.sampler.sample_in_place(logits_);
+  } else {
+    token = s.sampler.sample(logits);  // (copies only to apply penalties or a logit bias)
+  }
   if (s.done) return;
-  logits_.assign(logits.begin(), logits.end());
-  if (s.grammar) s.grammar->apply(logits_);
-  const int32_t token = s.sampler.sample_in_place(logits_);
   if (token < 0) {
     finish(s, FinishReason::kError, "no token is allowed (the grammar and the logit bias exclude them all)");
     return;

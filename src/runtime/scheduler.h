@@ -50,6 +50,7 @@
 #include <string>
 #include <vector>
 
+#include "src/base/thread_team.h"
 #include "src/runtime/context.h"
 #include "src/runtime/sampler.h"
 #include "src/runtime/speculative.h"
@@ -127,6 +128,13 @@ struct SchedulerOptions {
   int32_t max_queued = 256;         // waiting requests before submit() answers kBusy
   int32_t max_tokens_cap = 0;       // upper bound on any request's max_tokens; 0: the context
   SpeculativeOptions speculative;   // mode kDraft needs the draft Context in the constructor
+  // Threads that sample a step's rows at once (0: the machine's cores, at most 8; 1: the engine
+  // thread alone), for steps with at least `parallel_sampling_floats` floats of logits to sample
+  // outside a grammar: at 64 sequences of a 128256-token vocabulary that is 33 MB a step, several
+  // ms for one thread (kite-bench-sampling), as long as a GPU's whole step. Each sequence keeps
+  // its own sampler, so the tokens do not depend on the thread count.
+  int32_t sampling_threads = 0;
+  int64_t parallel_sampling_floats = int64_t{1} << 20;
 };
 
 struct SchedulerStats {
@@ -171,7 +179,10 @@ class Scheduler {
   void admit();
   void preempt_newest();
   void finish(Seq& s, FinishReason reason, const std::string& error = {});
+  // Samples the step's row for `s` (unless presample() did) and emits the token.
   void emit_token(Seq& s, std::span<const float> logits);
+  // Samples the rows emit_token() will need, without a grammar, on the sampling team at once.
+  void presample();
   bool emit(Seq& s, int32_t token);  // false when the sequence finished
   Status draft_step(int64_t* budget);
   void verify(Seq& s, size_t row, int32_t n_draft);
@@ -220,6 +231,14 @@ class Scheduler {
   std::vector<int64_t> catch_up_;  // per spec_chunks_ entry: tokens the draft model must first feed
   std::vector<size_t> spec_chunks_;
   std::vector<DraftModel::Item> items_;
+  struct Presampled {
+    Seq* seq;
+    size_t row;
+    int32_t token;
+  };
+  std::vector<Presampled> presampled_;  // in chunk order; emit_token takes them in turn
+  size_t presampled_next_ = 0;
+  std::unique_ptr<ThreadTeam> sampling_team_;  // created by the first step that needs it
   std::set<std::pair<size_t, size_t>> shapes_;  // (tokens, outputs) stepped so far: StepInfo::new_shape
   int32_t admitted_ = 0;                        // by the last admit()
 };
