@@ -1,6 +1,6 @@
 // kite/backends/cuda/emu/kernel.h — the CUDA kernel language on the CPU: __global__ functions
 // are ordinary functions run once per emulated thread, each thread a fiber, so that
-// __syncthreads() and warp shuffles can suspend a thread until the others arrive (runtime.cpp
+// __syncthreads() and warp shuffles can suspend a thread until the others arrive (scheduler.cpp
 // schedules them). Shared memory is the running block's (KITE_SHARED / KITE_DYNAMIC_SHARED in
 // launch.cuh), filled with 0xff bytes when each block starts. Only what kite's kernels use is
 // provided.
@@ -138,7 +138,7 @@ inline T atomicAdd(T* p, T v) {  // one thread runs at a time
   return old;
 }
 
-// ---- threads, barriers and warps (runtime.cpp) --------------------------------------------
+// ---- threads, barriers and warps (scheduler.cpp) --------------------------------------------
 namespace kite::cuda::emu {
 
 struct ThreadIds {
