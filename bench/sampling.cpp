@@ -12,6 +12,10 @@
 // copy, temperature 0.8 with top-k 40 and top-p 0.95, and the last two again on a ThreadTeam of
 // THREADS as the scheduler runs them (wall time: the machine may be shared). On a GPU the step
 // itself can take a few ms at 64 sequences of an 8B model: this is the budget to compare with.
+// Then what replaces it when the rows come back as their top k logits (Op::kTopK,
+// SchedulerOptions::top_k_outputs; k 1 for greedy steps, 64 else): the CPU backend's top_k op
+// over the step's rows on THREADS threads (what a CPU step adds; a GPU runs it instead), and
+// the host's sample_top() per row.
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -24,7 +28,9 @@
 #include <vector>
 
 #include "src/base/thread_team.h"
-
+#include "src/core/backend.h"
+#include "src/core/graph.h"
+#include "src/core/planner.h"
 #include "src/runtime/sampler.h"
 
 namespace {
@@ -104,6 +110,62 @@ int main(int argc, char** argv) {
     const double med = ms[ms.size() / 2];
     std::printf("  %-56s %7.2f ms a step, %6.1f us a sequence  (check %ld)\n", names[mode].c_str(), med,
                 med * 1e3 / static_cast<double>(seqs), check.load());
+  }
+
+  // The same rows reduced by the CPU backend's op to their best one (greedy steps) and to their
+  // top 64, then sampled from those.
+  BackendOptions bo;
+  bo.n_threads = threads;
+  auto cpu = create_backend("cpu", bo);
+  if (!cpu) {
+    std::fprintf(stderr, "kite-bench-sampling: %s\n", cpu.error().message.c_str());
+    return 1;
+  }
+  auto check_ok = [](const Status& st) {
+    if (st.ok()) return;
+    std::fprintf(stderr, "kite-bench-sampling: %s\n", st.error().message.c_str());
+    std::exit(1);
+  };
+  std::printf("rows reduced to their top k logits first (SchedulerOptions::top_k_outputs)\n");
+  for (const int32_t k : {1, 64}) {
+    Graph graph;
+    Tensor* in = graph.input(DType::F32, {static_cast<int64_t>(vocab), static_cast<int64_t>(seqs)}, "logits");
+    Tensor* top = graph.top_k(in, k, false);
+    graph.build(top);
+    const MemoryPlan plan = MemoryPlan::make(graph);
+    auto arena = (*cpu)->alloc(plan.arena_bytes());
+    if (!arena) return 1;
+    plan.place(graph, static_cast<uint8_t*>((*arena)->base()));
+    for (size_t i = 0; i < seqs; ++i) check_ok((*cpu)->upload(*in, rows[i].data(), vocab * 4, i * vocab * 4));
+    std::vector<double> op_ms;
+    for (int rep = 0; rep < 16; ++rep) {
+      const double t0 = wall_ms();
+      check_ok((*cpu)->compute(graph.nodes()));
+      if (rep > 0) op_ms.push_back(wall_ms() - t0);
+    }
+    std::sort(op_ms.begin(), op_ms.end());
+    const std::string what = "the CPU backend's top_k op, k " + std::to_string(k) + ", " + team;
+    std::printf("  %-56s %7.2f ms a step, %6.1f us a sequence  (%.1f KB a step)\n", what.c_str(), op_ms[op_ms.size() / 2],
+                op_ms[op_ms.size() / 2] * 1e3 / static_cast<double>(seqs),
+                static_cast<double>(seqs * static_cast<size_t>(2 * k + 1) * 4) / 1e3);
+    std::vector<Sampler>& which = k == 1 ? g : t;
+    for (Sampler& x : which) x.reset();
+    const auto* out = static_cast<const float*>(top->data);
+    const size_t w = static_cast<size_t>(2 * k + 1);
+    std::vector<double> ms;
+    long check = 0;
+    for (int rep = 0; rep < 16; ++rep) {
+      const double t0 = cpu_ms();
+      for (size_t i = 0; i < seqs; ++i) {
+        const std::span<const float> r(out + i * w, w);
+        check += which[i].sample_top({r.first(static_cast<size_t>(k)), r.subspan(static_cast<size_t>(k), static_cast<size_t>(k)), r[w - 1]});
+      }
+      if (rep > 0) ms.push_back(cpu_ms() - t0);
+    }
+    std::sort(ms.begin(), ms.end());
+    std::printf("  %-56s %7.3f ms a step, %6.2f us a sequence  (check %ld)\n",
+                k == 1 ? "greedy from the best one (sample_top)" : "temperature 0.8, top-k 40, top-p 0.95 from the top 64",
+                ms[ms.size() / 2], ms[ms.size() / 2] * 1e3 / static_cast<double>(seqs), check);
   }
   return 0;
 }

@@ -182,4 +182,40 @@ inline void check_batch_invariance(const std::string& device, const std::string&
   }
 }
 
+// A step that brings back each output's top 64 logits (Op::kTopK, run where the logits are)
+// returns exactly the top 64 of the logits a whole-row step of the same batch brings back (the
+// same kernels on the same device), with the row's log-sum-exp; over prefill and decode steps.
+inline void check_top_k_outputs(const std::string& device) {
+  const LoadedModel& l = load_model("gguf/llama-draft-Q4_K_M.gguf");
+  auto top = make_device_ctx(l, device, 64, 3), whole = make_device_ctx(l, device, 64, 3);
+  REQUIRE(top->supports_top_k());
+  const int32_t n_vocab = l.model->hparams().n_vocab;
+  std::vector<BatchToken> batch;
+  for (int32_t s = 0; s < 3; ++s)
+    for (int32_t i = 0; i < 5 + s; ++i) batch.push_back({(i * 37 + s * 11 + 5) % n_vocab, s, i + 1 == 5 + s});
+  for (int step = 0; step < 5; ++step) {
+    REQUIRE(top->decode(batch, OutputKind::kLogits, {64, true}).ok());
+    REQUIRE(whole->decode(batch).ok());
+    REQUIRE(top->n_outputs() == whole->n_outputs());
+    batch.clear();
+    for (size_t o = 0; o < whole->n_outputs(); ++o) {
+      const std::span<const float> row = whole->logits(o);
+      std::vector<int32_t> idx(row.size());
+      for (size_t i = 0; i < idx.size(); ++i) idx[i] = static_cast<int32_t>(i);
+      std::stable_sort(idx.begin(), idx.end(), [&](int32_t a, int32_t b) { return row[a] > row[b]; });
+      double m = row[idx[0]], z = 0;
+      for (float v : row) z += std::exp(v - m);
+      const TopLogits t = top->top_logits(o);
+      REQUIRE(t.size() == 64);
+      INFO(device, " step ", step, " output ", o);
+      for (size_t j = 0; j < 64; ++j) {
+        CHECK(t.id(j) == idx[j]);
+        CHECK(t.logits[j] == row[idx[j]]);
+      }
+      CHECK(std::abs(t.log_sum_exp - (m + std::log(z))) < 1e-4 * std::max(1.0, std::abs(m)));
+      batch.push_back({t.id(0), static_cast<int32_t>(o), true});  // the greedy token goes on
+    }
+  }
+}
+
 }  // namespace kite::test

@@ -142,6 +142,11 @@ TEST_CASE("cuda: a sequence's greedy tokens do not depend on what shares its bat
   check_batch_invariance("cuda", "gguf/llama-draft-Q4_K_M.gguf", 16);
 }
 
+TEST_CASE("cuda: steps that bring back each row's top 64 logits give the whole rows' top 64") {
+  if (!have_gpu("top-k outputs")) return;
+  check_top_k_outputs("cuda");
+}
+
 TEST_CASE("cuda: contexts on one model share one copy of its weights on the GPU") {
   if (!have_gpu("shared weights")) return;
 #ifdef KITE_CUDA

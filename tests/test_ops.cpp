@@ -581,5 +581,100 @@ TEST_CASE("ops: rope with frequency factors (llama.cpp's rope_freqs), which repl
   }
 }
 
+// The reference for top_k: every entry that is neither NaN nor -inf, sorted by (value desc,
+// index asc) — a full sort, not the kernels' selection.
+static std::vector<float> top_k_reference(const std::vector<float>& x, int64_t n, int64_t rows, int k, bool lse) {
+  std::vector<float> out;
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* row = &x[static_cast<size_t>(r * n)];
+    std::vector<int32_t> idx;
+    for (int32_t i = 0; i < n; ++i)
+      if (row[i] > -INFINITY) idx.push_back(i);
+    std::stable_sort(idx.begin(), idx.end(), [&](int32_t a, int32_t b) { return row[a] > row[b]; });
+    for (int j = 0; j < k; ++j) out.push_back(j < static_cast<int>(idx.size()) ? row[idx[j]] : -INFINITY);
+    for (int j = 0; j < k; ++j) out.push_back(j < static_cast<int>(idx.size()) ? static_cast<float>(idx[j]) : -1.f);
+    double m = -INFINITY, s = 0;
+    for (int32_t i = 0; i < n; ++i)
+      if (row[i] == row[i]) m = std::max(m, static_cast<double>(row[i]));
+    for (int32_t i = 0; i < n && std::isfinite(m); ++i)
+      if (row[i] == row[i]) s += std::exp(row[i] - m);
+    out.push_back(!lse ? 0.f : std::isfinite(m) ? static_cast<float>(m + std::log(s)) : static_cast<float>(m));
+  }
+  return out;
+}
+
+TEST_CASE("ops: top_k selects each row's best entries, ties to the lower index, skipping NaN and -inf") {
+  struct Case {
+    const char* what;
+    int64_t n, rows;
+    int k;
+    bool lse;
+    std::function<float(std::mt19937&, int64_t r, int64_t i)> value;
+  };
+  std::normal_distribution<float> normal(0.f, 3.f);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const std::vector<Case> cases = {
+      {"random logits", 4096, 5, 64, true, [&](std::mt19937& g, int64_t, int64_t) { return normal(g); }},
+      {"k = 1 (greedy)", 1000, 3, 1, false, [&](std::mt19937& g, int64_t, int64_t) { return normal(g); }},
+      // Few distinct values: the k-th largest is shared by many entries, which must be taken lowest
+      // index first (the CUDA kernel's ordered tie path).
+      {"heavy ties", 3000, 4, 40, true,
+       [&](std::mt19937& g, int64_t, int64_t) { return std::round(normal(g)) * 0.5f; }},
+      {"all equal", 700, 2, 128, false, [](std::mt19937&, int64_t, int64_t) { return 1.25f; }},
+      {"signed zeros", 500, 2, 16, false,
+       [](std::mt19937& g, int64_t, int64_t i) { return i % 7 == 0 ? (g() % 2 ? 0.f : -0.f) : -1.f - float(i % 5); }},
+      // NaN and -inf are never candidates; rows with fewer allowed entries than k pad, and a
+      // row with none has log-sum-exp -inf.
+      {"NaN, -inf, short rows", 2000, 4, 32, true,
+       [&](std::mt19937& g, int64_t r, int64_t i) {
+         if (r == 2) return i % 400 == 3 ? normal(g) : -INFINITY;  // 5 allowed entries
+         if (r == 3) return i % 9 == 0 ? nan : -INFINITY;          // none
+         return i % 11 == 0 ? nan : i % 13 == 0 ? -INFINITY : normal(g);
+       }},
+      {"fewer entries than k", 50, 3, 64, true, [&](std::mt19937& g, int64_t, int64_t) { return normal(g); }},
+      {"k = 1 over NaN, -inf and signed zeros", 1500, 4, 1, true,
+       [&](std::mt19937& g, int64_t r, int64_t i) {
+         if (r == 0) return i % 3 == 0 ? nan : -INFINITY;                                  // nothing allowed
+         if (r == 1) return i % 97 == 5 ? (g() % 2 ? 0.f : -0.f) : -1.f;                 // ties at zero
+         return i % 5 == 0 ? nan : i % 7 == 0 ? -INFINITY : normal(g);
+       }},
+      {"huge and tiny magnitudes", 3000, 2, 24, true,
+       [&](std::mt19937& g, int64_t, int64_t i) { return i % 3 == 0 ? normal(g) * 1e30f : normal(g) * 1e-30f; }},
+      // A vocabulary-sized row (CUDA: the 1024-thread blocks) at the largest k.
+      {"a 128K vocabulary", 131072, 2, 128, true, [&](std::mt19937& g, int64_t, int64_t) { return normal(g); }},
+  };
+  for (const Case& tc : cases) {
+    std::mt19937 g(7);
+    std::vector<float> x(static_cast<size_t>(tc.n * tc.rows));
+    for (int64_t r = 0; r < tc.rows; ++r)
+      for (int64_t i = 0; i < tc.n; ++i) x[static_cast<size_t>(r * tc.n + i)] = tc.value(g, r, i);
+    const std::vector<float> ref = top_k_reference(x, tc.n, tc.rows, tc.k, tc.lse);
+    for_each_config([&](const Config& c) {
+      Graph g2;
+      // (Rows as a 3-D tensor when there are several: the op walks any row layout.)
+      Tensor* a = tc.rows % 2 == 0 ? g2.input(DType::F32, {tc.n, 2, tc.rows / 2}, "a")
+                                   : g2.input(DType::F32, {tc.n, tc.rows}, "a");
+      Tensor* y = g2.top_k(a, tc.k, tc.lse);
+      INFO(tc.what, " on ", c.label);
+      REQUIRE(c.backend->supports(*y));
+      const std::vector<float> got = run_graph(*c.backend, g2, y, {{a, bytes_of(x)}});
+      REQUIRE(got.size() == ref.size());
+      const size_t w = static_cast<size_t>(2 * tc.k + 1);
+      for (size_t r = 0; r < static_cast<size_t>(tc.rows); ++r)
+        for (size_t j = 0; j < w; ++j) {
+          const float e = ref[r * w + j], v = got[r * w + j];
+          INFO("row ", r, " entry ", j);
+          if (j + 1 < w) {  // values and indices exactly (signed zeros compare equal)
+            CHECK(v == e);
+          } else if (std::isinf(e)) {
+            CHECK(v == e);
+          } else {
+            CHECK(std::abs(v - e) <= 1e-5f * std::max(1.f, std::abs(e)));
+          }
+        }
+    });
+  }
+}
+
 }  // namespace
 }  // namespace kite

@@ -2,6 +2,8 @@
 // the prefix cache and forked choices must not change what a request generates.
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <map>
 #include <nlohmann/json.hpp>
 
@@ -355,6 +357,52 @@ TEST_CASE("scheduler: rows sampled on several threads give the tokens and logpro
     CHECK(one[i].reason == three[i].reason);
     CHECK(one[i].tokens.size() > 0);
   }
+}
+
+TEST_CASE("scheduler: rows brought back as their top 64 logits give the tokens of whole rows") {
+  const auto ps = prompts(10);
+  auto run = [&](int32_t top_k_outputs, std::vector<int32_t>* step_k) {
+    auto ctx = make_context(16);
+    SchedulerOptions so;
+    so.top_k_outputs = top_k_outputs;
+    so.on_step = [&](const StepInfo& info) { step_k->push_back(info.top_k); };
+    Scheduler s(*ctx, engine().tok, so);
+    Collector col;
+    std::vector<std::pair<uint64_t, int32_t>> keys;
+    for (size_t i = 0; i < ps.size(); ++i) {
+      GenerationParams p = greedy(i == 3 ? 6 : 24);
+      if (i % 2 == 1) {  // llama.cpp's sampling defaults (top-k 40), seeded
+        p.sampling = SamplerParams{};
+        p.sampling.seed = i;
+      }
+      if (i == 2 || i == 5) p.sampling.n_logprobs = 4;
+      if (i == 7) p.n = 2;
+      if (i == 3) p.sampling.repeat_penalty = 1.2f;  // whole rows while it runs (6 tokens)
+      auto id = s.submit(col.make(ps[i], p));
+      REQUIRE(id.ok());
+      for (int32_t c = 0; c < p.n; ++c) keys.emplace_back(*id, c);
+    }
+    REQUIRE(s.run_until_idle().ok());
+    std::vector<Outcome> out;
+    for (const auto& [id, c] : keys) out.push_back(col.at(id, c));
+    return out;
+  };
+  std::vector<int32_t> k_top, k_whole;
+  const std::vector<Outcome> top = run(64, &k_top), whole = run(0, &k_whole);
+  REQUIRE(top.size() == whole.size());
+  for (size_t i = 0; i < top.size(); ++i) {
+    INFO("request ", i);
+    CHECK(top[i].tokens == whole[i].tokens);
+    CHECK(top[i].text == whole[i].text);
+    CHECK(top[i].reason == whole[i].reason);
+    CHECK(top[i].tokens.size() > 0);
+    REQUIRE(top[i].logprobs.size() == whole[i].logprobs.size());
+    for (size_t j = 0; j < top[i].logprobs.size(); ++j) CHECK(std::abs(top[i].logprobs[j] - whole[i].logprobs[j]) < 1e-4f);
+  }
+  // Both kinds of step happened (whole rows while the penalized request ran), and none without.
+  CHECK(std::count(k_top.begin(), k_top.end(), 64) > 10);  // (1 when every row is greedy, without logprobs)
+  CHECK(std::count(k_top.begin(), k_top.end(), 0) > 0);
+  CHECK(std::count(k_whole.begin(), k_whole.end(), 0) == static_cast<std::ptrdiff_t>(k_whole.size()));
 }
 
 TEST_CASE("scheduler: forks, cancellations and preemption together leave nothing behind") {

@@ -346,8 +346,14 @@ TEST_CASE("speculative: greedy output is identical with a draft model and with n
     so.speculative.p_min = 0.f;
     so.speculative.max_draft = 6;
     Context* d = mode == SpecMode::kDraft ? draft.get() : nullptr;
+    int top_k_steps = 0;  // greedy proposals are verified from each row's top 64 logits
+    so.on_step = [&top_k_steps](const StepInfo& info) { top_k_steps += info.drafted > 0 && info.top_k > 0 ? 1 : 0; };
     const Run all = run_all(*target, d, ps, so, gp);
     for (size_t i = 0; i < ps.size(); ++i) CHECK_MESSAGE(all.tokens[i] == plain.tokens[i], "8 at once, prompt ", i);
+    CHECK(top_k_steps > 0);
+    SchedulerOptions whole_rows = so;
+    whole_rows.top_k_outputs = 0;
+    CHECK(run_all(*target, d, ps, whole_rows, gp).tokens == all.tokens);
     CHECK(all.stats.drafted > 0);
     CHECK(all.stats.accepted > 0);
     CHECK(all.stats.accepted < all.stats.drafted);  // rejections happened (and were rolled back)

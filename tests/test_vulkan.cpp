@@ -160,6 +160,11 @@ TEST_CASE("vulkan: a sequence's greedy tokens do not depend on what shares its b
   check_batch_invariance("vulkan", "gguf/llama-draft-Q4_K_M.gguf", 12);
 }
 
+TEST_CASE("vulkan: steps that bring back each row's top 64 logits give the whole rows' top 64") {
+  if (!have_vulkan("top-k outputs")) return;
+  check_top_k_outputs("vulkan");
+}
+
 TEST_CASE("vulkan: contexts on one model share one copy of its weights on the device") {
   if (!have_vulkan("shared weights")) return;
   check_shared_weights("vulkan", mirrored_bytes);

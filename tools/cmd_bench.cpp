@@ -2,7 +2,7 @@
 // achieved bandwidth of generation against this machine's measured read bandwidth.
 //   kite bench -m MODEL [-p 512] [-n 128] [-r 3] [-t N]
 //   kite bench --synthetic llama-8b --type q4_K_M [--write-gguf OUT.gguf] [--device cuda --bandwidth GBS]
-//   kite bench -m MODEL --parallel 1,4,16 [--text FILE] [--spec ngram | --draft MODEL] [--temp T]
+//   kite bench -m MODEL --parallel 1,4,16 [--text FILE] [--spec ngram | --draft MODEL] [--temp T] [--top-k-outputs N]
 //   kite bench ... -p 512 -n 128 --and-parallel 1,16,64 [--parallel-prompt 128 --parallel-gen 32]: both
 #include <algorithm>
 #include <chrono>
@@ -42,6 +42,7 @@ struct BenchArgs {
   int parallel_gen = 32;          // ... generating this many each
   std::string text;           // batched mode: prompts cut from this text instead of random tokens
   float temperature = 0.f;    // batched mode: sampling temperature (0: greedy)
+  int32_t top_k_outputs = 64; // batched mode: rows come back as their top k logits (0: whole rows)
   SpecArgs spec;              // batched mode: speculative decoding
 };
 
@@ -128,6 +129,7 @@ int run_batched(const BenchArgs& a, const std::shared_ptr<const Model>& model, c
     }
     SchedulerOptions so;
     so.speculative = *spec;
+    so.top_k_outputs = a.top_k_outputs;
     if (auto st = Scheduler::check_speculative(so, **ctx, draft->get()); !st) {
       std::cerr << "kite bench: " << st.error().message << "\n";
       return kExitUsage;
@@ -398,6 +400,10 @@ void register_bench(CLI::App& app, Action* run) {
       ->check(CLI::PositiveNumber);
   cmd->add_option("--text", a->text, "Batched mode: prompts cut from this text file (default: random tokens)")
       ->check(CLI::ExistingFile);
+  cmd->add_option("--top-k-outputs", a->top_k_outputs,
+                  "Batched mode: steps bring back each row's top N logits, reduced on the device, when sampling "
+                  "needs no more (default 64; 0: whole rows, sampled on the host)")
+      ->check(CLI::Range(0, 128));
   cmd->add_option("--temp", a->temperature, "Batched mode: sampling temperature (default 0: greedy)")
       ->check(CLI::NonNegativeNumber);
   add_speculative_flags(cmd, &a->spec);

@@ -49,6 +49,7 @@ Kernel kernel_for(Op op) {
     case Op::kKvWrite: return op_kv_write;
     case Op::kAttention: return op_attention;
     case Op::kCopy: return op_copy;
+    case Op::kTopK: return op_top_k;
     case Op::kAllReduce:  // (run by the backend itself, on the calling thread)
     case Op::kNone:
     case Op::kView: return nullptr;
@@ -81,6 +82,7 @@ class CpuBackend final : public Backend {
     if (kernel_for(n.op) == nullptr) return false;
     if (n.op == Op::kMulMat || n.op == Op::kGetRows || n.op == Op::kCopy) return computable(n.src[0]->type);
     if (n.op == Op::kKvWrite) return kv_type_ok(n.src[0]->type, n.src[0]->ne[0]);
+    if (n.op == Op::kTopK) return n.src[0]->type == DType::F32 && n.src[0]->nb[0] == sizeof(float);
     if (n.op == Op::kAttention)  // Q8_0 needs whole blocks per head
       return kv_type_ok(n.src[1]->type, n.src[0]->ne[0]) && kv_type_ok(n.src[2]->type, n.src[0]->ne[0]);
     return true;

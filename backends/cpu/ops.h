@@ -62,6 +62,7 @@ void op_rms_norm(Tensor* dst, const KernelCtx& c);
 void op_rope(Tensor* dst, const KernelCtx& c);
 void op_kv_write(Tensor* dst, const KernelCtx& c);
 void op_attention(Tensor* dst, const KernelCtx& c);
+void op_top_k(Tensor* dst, const KernelCtx& c);
 
 // Row conversion helpers shared by kernels: any type -> F32, F32 -> F16/F32 storage.
 void row_to_f32(DType type, const void* src, float* dst, int64_t n);

@@ -59,6 +59,11 @@ cudaError_t launch_rope(const RopeArgs& a, cudaStream_t s);
 cudaError_t launch_convert_rows(int src_type, Rows src, int dst_type, Rows dst, const int32_t* dst_rows,
                                 int64_t ne0, int64_t n_rows, cudaStream_t s);
 
+// ---- top_k (k_top_k.cu) ----------------------------------------------------------------
+// Row r of `src` (F32, ne0 contiguous floats) -> row r of `dst` (F32 [2k + 1]): Graph::top_k
+// (k in 1..128).
+cudaError_t launch_top_k(Rows dst, Rows src, int64_t ne0, int64_t n_rows, int k, bool log_sum_exp, cudaStream_t s);
+
 // ---- dequantization (k_dequant.cu) --------------------------------------------------------
 // get_rows: dst F32 contiguous [ne0, n]; table row ids[r] (table rows `table_nb1` bytes apart).
 cudaError_t launch_get_rows(int type, const void* table, size_t table_nb1, const int32_t* ids, float* dst,

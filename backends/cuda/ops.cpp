@@ -252,6 +252,9 @@ bool node_supported(const Tensor& n) {
       return is_float(n.type) && weight_type_ok(n.src[0]->type);
     case Op::kKvWrite: return kv_type_ok(n.src[0]->type, n.src[0]->ne[0]);
     case Op::kAllReduce: return false;  // (run by the backend itself: cuda_backend.cpp)
+    case Op::kTopK:
+      return n.src[0]->type == DType::F32 && n.src[0]->nb[0] == sizeof(float) && n.params.i[0] >= 1 &&
+             n.params.i[0] <= kMaxTopK;
     case Op::kAttention: {
       const int64_t hd = n.src[0]->ne[0];
       const int n_kv = n.params.i[0];
@@ -330,6 +333,14 @@ Status run_node(Device& dev, OpScratch& sc, Tensor* n) {
       KITE_ASSIGN_OR_RETURN(uint8_t * sp, dev.address(n->src[2]));
       KITE_LAUNCH(launch_convert_rows(kF32, rows_of(rows, rp), tid(cache->type), rows_of(cache, cp),
                                       reinterpret_cast<const int32_t*>(sp), rows->ne[0], rows->n_rows(), s));
+      return ok_status();
+    }
+    case Op::kTopK: {
+      const Tensor* a = n->src[0];
+      KITE_ASSIGN_OR_RETURN(uint8_t * ap, dev.address(a));
+      KITE_ASSIGN_OR_RETURN(uint8_t * d, dev.address(n));
+      KITE_LAUNCH(launch_top_k(rows_of(n, d), rows_of(a, ap), a->ne[0], a->n_rows(), n->params.i[0],
+                               n->params.i[1] != 0, s));
       return ok_status();
     }
     case Op::kAllReduce: break;

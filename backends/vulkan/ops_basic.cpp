@@ -45,6 +45,12 @@ struct RmsNormPush {
 };
 static_assert(offsetof(RmsNormPush, w) == 64 && offsetof(RmsNormPush, eps) == 80 && sizeof(RmsNormPush) <= kMaxPush);
 
+struct TopKPush {
+  Rows dst, a;
+  uint32_t ne0 = 0, n_rows = 0, k = 0, lse = 0;
+};
+static_assert(offsetof(TopKPush, ne0) == 64 && sizeof(TopKPush) <= kMaxPush);
+
 struct RopePush {
   uint64_t src = 0, dst = 0, pos = 0, ff = 0;
   uint32_t src_nb1 = 0, src_nb2 = 0, dst_nb1 = 0, dst_nb2 = 0;
@@ -198,6 +204,20 @@ Status run_rms_norm(Stream& s, Tensor* n) {
   return s.dispatch("rms_norm", p, p.n_rows);
 }
 
+Status run_top_k(Stream& s, Tensor* n) {
+  const Tensor* a = n->src[0];
+  TopKPush p;
+  KITE_ASSIGN_OR_RETURN(uint64_t ap, s.address(a));
+  KITE_ASSIGN_OR_RETURN(uint64_t d, s.address(n));
+  p.dst = rows_of(n, d);
+  p.a = rows_of(a, ap);
+  p.ne0 = static_cast<uint32_t>(a->ne[0]);
+  p.n_rows = static_cast<uint32_t>(a->n_rows());
+  p.k = static_cast<uint32_t>(n->params.i[0]);
+  p.lse = n->params.i[1] != 0 ? 1u : 0u;
+  return s.dispatch("top_k", p, p.n_rows);
+}
+
 Status run_rope(Stream& s, Tensor* n) {
   const Tensor* x = n->src[0];
   RopePush p;
@@ -260,6 +280,8 @@ bool basic_supported(const Tensor& n) {
     }
     case Op::kRope:
       return rope_supported(n);
+    case Op::kTopK:
+      return f32_rows(n.src[0]) && n.params.i[0] >= 1 && n.params.i[0] <= kMaxTopK;
     case Op::kCopy: {
       const Tensor* a = n.src[0];
       return a->ne[0] == n.ne[0] && a->n_rows() == n.n_rows() && convert_supported(a, &n, n.type);
@@ -289,6 +311,8 @@ Status run_basic(Stream& s, Tensor* n) {
       return run_rms_norm(s, n);
     case Op::kRope:
       return run_rope(s, n);
+    case Op::kTopK:
+      return run_top_k(s, n);
     case Op::kCopy:
       return run_convert(s, n->src[0], n, n->type, nullptr);
     case Op::kKvWrite:
@@ -296,7 +320,7 @@ Status run_basic(Stream& s, Tensor* n) {
     default:
       break;
   }
-  return make_error("vulkan: op ", op_name(n->op), " is not an elementwise, norm, rope or copy op");
+  return make_error("vulkan: op ", op_name(n->op), " is not an elementwise, norm, rope, top-k or copy op");
 }
 
 }  // namespace kite::vk

@@ -73,6 +73,12 @@ class Graph {
   Tensor* copy(Tensor* a, DType type);
   // F32 `a` summed over the ranks of the backend's tensor-parallel group (contiguous F32 out).
   Tensor* all_reduce(Tensor* a);
+  // The k (1..kMaxTopK) largest entries of each row of F32 `a` [n, rows], for sampling on the
+  // host from candidates instead of whole rows of logits. Result F32 [2k + 1, rows]: the values,
+  // largest first (equal values: the lower index first); then their indices, as exact floats
+  // (n < 2^24); then, when `log_sum_exp`, log(sum(exp(a))) over the row (else 0). NaN and -inf
+  // entries are never candidates: a row with fewer than k others pads with value -inf, index -1.
+  Tensor* top_k(Tensor* a, int32_t k, bool log_sum_exp);
 
   // Nodes made from now on are tagged with `layer` (Tensor::layer), so a graph can be split
   // across backends by model part. Starts at -1.

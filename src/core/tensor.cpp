@@ -18,6 +18,7 @@ const char* op_name(Op op) {
     case Op::kAttention: return "attention";
     case Op::kCopy: return "copy";
     case Op::kAllReduce: return "all_reduce";
+    case Op::kTopK: return "top_k";
   }
   return "?";
 }

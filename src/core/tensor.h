@@ -19,6 +19,7 @@ using DType = quant::Type;
 
 inline constexpr int kMaxDims = 4;
 inline constexpr int kMaxSrc = 6;
+inline constexpr int32_t kMaxTopK = 128;  // candidates per row of Op::kTopK
 
 enum class Op : uint8_t {
   kNone,       // a leaf: input, weight or cache; bytes set from outside
@@ -35,6 +36,7 @@ enum class Op : uint8_t {
   kAttention,  // see attention_params; reads K/V through the block table, never a contiguous copy
   kCopy,       // src0 converted to this tensor's type (same element count, contiguous)
   kAllReduce,  // F32 src0 summed over the ranks of a tensor-parallel group (src/core/comm.h)
+  kTopK,       // F32 src0 [n, rows] -> F32 [2k + 1, rows]: each row's k largest (Graph::top_k)
 };
 
 const char* op_name(Op op);

@@ -169,8 +169,8 @@ Status Context::check_device_memory() const {
   return ok_status();
 }
 
-Result<Context::Step*> Context::step_for(int64_t n_tokens, int64_t n_outputs, OutputKind kind) {
-  auto key = std::make_tuple(n_tokens, n_outputs, kind);
+Result<Context::Step*> Context::step_for(int64_t n_tokens, int64_t n_outputs, OutputKind kind, OutputTopK top_k) {
+  auto key = std::make_tuple(n_tokens, n_outputs, kind, top_k.k, top_k.log_sum_exp);
   auto it = steps_.find(key);
   last_built_graph_ = it == steps_.end();
   const int32_t world = std::max(opts_.tensor_parallel, 1);
@@ -190,6 +190,11 @@ Result<Context::Step*> Context::step_for(int64_t n_tokens, int64_t n_outputs, Ou
       // (Ranks past 0 stop at the hidden state: only rank 0's output is read.)
       s->out = model_->build_forward(g, s->in, kv_->tensors(static_cast<size_t>(r)), r == 0 ? kind : OutputKind::kHidden,
                                      TpRank{r, world});
+      if (r == 0 && top_k.k > 0) {  // (with the output head: on the backend that computed the logits)
+        g.set_layer(static_cast<int32_t>(model_->hparams().n_layer));
+        s->out = g.top_k(s->out, top_k.k, top_k.log_sum_exp);
+        g.build(s->out);
+      }
       if (world > 1) s->backends = {backend_ptrs_[static_cast<size_t>(r)]};
       else s->backends = backend_ptrs_;
       KITE_ASSIGN_OR_RETURN(s->split, SplitGraph::make(g, s->backends, placement_));
@@ -229,8 +234,10 @@ Result<Context::Step*> Context::step_for(int64_t n_tokens, int64_t n_outputs, Ou
   return s;
 }
 
-Status Context::decode(std::span<const BatchToken> batch, OutputKind kind) {
+Status Context::decode(std::span<const BatchToken> batch, OutputKind kind, OutputTopK top_k) {
   if (batch.empty()) return make_error("decode: empty batch");
+  if (top_k.k != 0 && (kind != OutputKind::kLogits || top_k.k < 0 || top_k.k > kMaxTopK))
+    return make_error("decode: top-k outputs are for logits, with k in [1, ", kMaxTopK, "], got ", top_k.k);
   const HParams& hp = model_->hparams();
   std::vector<int64_t>& added = added_;
   added.assign(static_cast<size_t>(kv_->n_seqs()), 0);
@@ -246,7 +253,7 @@ Status Context::decode(std::span<const BatchToken> batch, OutputKind kind) {
   for (int32_t s = 0; s < kv_->n_seqs(); ++s)
     if (added[static_cast<size_t>(s)] > 0) KITE_TRY(kv_->reserve(s, added[static_cast<size_t>(s)]));
 
-  KITE_ASSIGN_OR_RETURN(Step * step, step_for(static_cast<int64_t>(batch.size()), n_out, kind));
+  KITE_ASSIGN_OR_RETURN(Step * step, step_for(static_cast<int64_t>(batch.size()), n_out, kind, top_k));
   // Inputs are staged on the host and uploaded, so device backends work the same way.
   const size_t n = batch.size();
   staging_.assign(5 * n + static_cast<size_t>(kv_->max_blocks_per_seq()) * static_cast<size_t>(kv_->n_seqs()), 0);
@@ -288,11 +295,12 @@ Status Context::decode(std::span<const BatchToken> batch, OutputKind kind) {
   Backend& out_be = *step->backends[static_cast<size_t>(step->split.backend_of(step->out))];
   KITE_TRY(compute(*step, &out_be));
   n_outputs_ = static_cast<size_t>(o);
-  std::vector<float>& dst = kind == OutputKind::kHidden ? hidden_ : logits_;
-  dst.resize(n_outputs_ * static_cast<size_t>(kind == OutputKind::kHidden ? hp.n_embd : hp.n_vocab));
+  std::vector<float>& dst = kind == OutputKind::kHidden ? hidden_ : top_k.k > 0 ? top_ : logits_;
+  dst.resize(n_outputs_ * static_cast<size_t>(step->out->ne[0]));
   KITE_TRY(out_be.download(*step->out, dst.data(), dst.size() * sizeof(float)));
   for (const BatchToken& t : batch) kv_->advance(t.seq, std::span<const int32_t>(&t.token, 1));
   if (kind == OutputKind::kLogits) logits_from_eval_ = false;
+  top_k_ = top_k.k;
   return ok_status();
 }
 
@@ -377,6 +385,20 @@ std::span<const float> Context::logits(size_t i) const {
   const size_t nv = static_cast<size_t>(model_->hparams().n_vocab);
   const std::vector<float>& src = logits_from_eval_ ? all_logits_ : logits_;
   return {src.data() + i * nv, nv};
+}
+
+TopLogits Context::top_logits(size_t i) const {
+  const size_t k = static_cast<size_t>(top_k_), row = 2 * k + 1;
+  const std::span<const float> r(top_.data() + i * row, row);
+  return {r.first(k), r.subspan(k, k), r[2 * k]};
+}
+
+bool Context::supports_top_k() const {
+  // A node like the one a step would end in, on the backend that computes the logits.
+  Graph g;
+  Tensor* logits = g.input(DType::F32, {model_->hparams().n_vocab, 1}, "logits");
+  const Tensor* t = g.top_k(logits, kMaxTopK, true);
+  return backends_[static_cast<size_t>(placement_(static_cast<int32_t>(model_->hparams().n_layer)))]->supports(*t);
 }
 
 std::span<const float> Context::hidden(size_t i) const {

@@ -24,6 +24,7 @@
 #include "src/core/split.h"
 #include "src/kv/kv_cache.h"
 #include "src/model/model.h"
+#include "src/runtime/top_logits.h"
 
 namespace kite {
 
@@ -67,6 +68,14 @@ struct BatchToken {
   bool logits = false;  // keep this token's output (its logits, or its hidden state with kHidden)
 };
 
+// What a decode step brings back of each output's logits: the whole row (k 0), or its k best
+// entries reduced on the device (Op::kTopK; with log_sum_exp also the row's normalizer, which
+// logprobs need). At 64 sequences of a 128K vocabulary that is 33 KB a step instead of 33 MB.
+struct OutputTopK {
+  int32_t k = 0;  // 0: logits(i); 1..kMaxTopK: top_logits(i)
+  bool log_sum_exp = false;
+};
+
 class Context {
  public:
   static Result<std::unique_ptr<Context>> create(std::shared_ptr<const Model> model, const ContextOptions& opts);
@@ -75,10 +84,15 @@ class Context {
   // Runs one model step over `batch`; afterwards logits(i) holds the logits of the i-th token
   // that asked for them, or with OutputKind::kHidden hidden(i) its final hidden state after the
   // final norm (the LM head is skipped). When no token asks, the last one's output is kept.
+  // With top_k.k > 0 (kLogits only) the step keeps each output's top_k.k best logits instead.
   // On error nothing is appended to any sequence.
-  Status decode(std::span<const BatchToken> batch, OutputKind kind = OutputKind::kLogits);
-  // Valid after a kLogits step (or eval()): n_vocab floats.
+  Status decode(std::span<const BatchToken> batch, OutputKind kind = OutputKind::kLogits, OutputTopK top_k = {});
+  // Valid after a kLogits step without top_k (or eval()): n_vocab floats.
   std::span<const float> logits(size_t i) const;
+  // Valid after a step with top_k.k > 0.
+  TopLogits top_logits(size_t i) const;
+  // Whether steps can reduce their logits to the top k on the backend that computes them.
+  bool supports_top_k() const;
   // Valid after a kHidden step: n_embd floats.
   std::span<const float> hidden(size_t i) const;
   size_t n_outputs() const { return n_outputs_; }
@@ -107,7 +121,7 @@ class Context {
   Context();
   Status open_backends();
   Status check_device_memory() const;
-  Result<Step*> step_for(int64_t n_tokens, int64_t n_outputs, OutputKind kind);
+  Result<Step*> step_for(int64_t n_tokens, int64_t n_outputs, OutputKind kind, OutputTopK top_k);
   Status dump_op(const Tensor& n, Backend& backend, int step_no);
   // Runs the step's graphs: one, or with tensor parallelism every rank's at once.
   // Runs a step and waits for its backends, except `downloads_next`, whose download right after
@@ -122,13 +136,16 @@ class Context {
   std::vector<Backend*> backend_ptrs_;
   std::function<int(int32_t layer)> placement_;
   std::unique_ptr<KvCache> kv_;
-  std::map<std::tuple<int64_t, int64_t, OutputKind>, std::unique_ptr<Step>> steps_;  // (tokens, outputs, kind)
+  // (tokens, outputs, kind, top k, with log-sum-exp)
+  std::map<std::tuple<int64_t, int64_t, OutputKind, int32_t, bool>, std::unique_ptr<Step>> steps_;
   std::vector<std::unique_ptr<Buffer>> arenas_;  // per backend, sized to the largest plan
   std::vector<std::vector<uint8_t>> copy_staging_;  // per rank: device-to-device copies
   SplitStats split_stats_;
   int last_splits_ = 0, last_copies_ = 0;
   std::vector<float> logits_;
   std::vector<float> hidden_;      // kHidden steps: n_outputs x n_embd
+  std::vector<float> top_;         // top-k steps: n_outputs x (2k + 1)
+  int32_t top_k_ = 0;              // of the last step
   std::vector<float> all_logits_;  // eval(all_logits): every token's logits
   std::vector<int32_t> staging_;   // step inputs, staged on the host (reused: no allocation per token)
   std::vector<int64_t> added_, next_pos_;

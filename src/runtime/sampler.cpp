@@ -260,45 +260,58 @@ void Sampler::compute_logprobs(std::span<const float> logits) {
 float Sampler::filter_candidates(std::span<const float> logits) {
   const size_t n = logits.size();
   const int32_t k = params_.top_k;
-  const bool typical = params_.typical_p < 1.f;
-  const bool top_p = params_.top_p < 1.f;
-  float max_logit = kNegInf;
-  double z = 0.0;  // top-p's normalizer (temperature 1) over the candidates
   if (k > 0 && static_cast<size_t>(k) < n) {
     select_top_k(logits, static_cast<size_t>(k), cand_);
-    cand_sorted_ = true;
-    if (cand_.empty()) return kNegInf;
-    max_logit = cand_[0].first;
-    for (const Candidate& c : cand_) z += std::exp(c.first - max_logit);
-  } else {
-    // Every allowed token is a candidate. Min-p (when typical-p is off) cuts relative to the
-    // maximum, which top-p always keeps, so tokens under its cut can never survive: they are
-    // not even listed — but top-p's normalizer still counts them, as it must.
-    max_logit = max_allowed(logits);
-    if (max_logit == kNegInf) return kNegInf;
-    if (top_p && !typical) z = sum_exp(logits, max_logit);
-    const float cut = params_.min_p > 0.f && !typical ? max_logit + std::log(params_.min_p) : kNegInf;
-    cand_.clear();
-    for (size_t i = 0; i < n; ++i)
-      if (logits[i] >= cut && allowed(logits[i])) cand_.emplace_back(logits[i], static_cast<int32_t>(i));
-    cand_sorted_ = false;
+    return filter_top_k();
   }
+  // Every allowed token is a candidate. Min-p (when typical-p is off) cuts relative to the
+  // maximum, which top-p always keeps, so tokens under its cut can never survive: they are not
+  // even listed — but top-p's normalizer (temperature 1, over the candidates) still counts them,
+  // as it must.
+  const bool typical = params_.typical_p < 1.f;
+  const float max_logit = max_allowed(logits);
+  if (max_logit == kNegInf) return kNegInf;
+  const double z = params_.top_p < 1.f && !typical ? sum_exp(logits, max_logit) : 0.0;
+  const float cut = params_.min_p > 0.f && !typical ? max_logit + std::log(params_.min_p) : kNegInf;
+  cand_.clear();
+  for (size_t i = 0; i < n; ++i)
+    if (logits[i] >= cut && allowed(logits[i])) cand_.emplace_back(logits[i], static_cast<int32_t>(i));
+  cand_sorted_ = false;
+  return filter_rest(max_logit, z);
+}
 
+// The rest of the chain after top-k selected cand_ (sorted).
+float Sampler::filter_top_k() {
+  cand_sorted_ = true;
+  if (cand_.empty()) return kNegInf;
+  const float max_logit = cand_[0].first;
+  double z = 0.0;
+  for (const Candidate& c : cand_) z += std::exp(c.first - max_logit);
+  return filter_rest(max_logit, z);
+}
+
+// Typical-p, top-p and min-p over cand_; `z` is top-p's normalizer.
+float Sampler::filter_rest(float max_logit, double z) {
+  const bool typical = params_.typical_p < 1.f;
   if (typical) {
     apply_typical();
     max_logit = cand_[0].first;
     z = 0.0;
     for (const Candidate& c : cand_) z += std::exp(c.first - max_logit);
   }
-  if (top_p) apply_top_p(max_logit, z);
+  if (params_.top_p < 1.f) apply_top_p(max_logit, z);
   if (params_.min_p > 0.f) apply_min_p();
   return max_logit;
 }
 
 int32_t Sampler::sample_chain(std::span<const float> logits) {
-  const float max_logit = filter_candidates(logits);
+  return draw_candidate(filter_candidates(logits));
+}
+
+// Temperature over the filtered cand_ (whose largest logit is `max_logit`), then the draw.
+int32_t Sampler::draw_candidate(float max_logit) {
   if (max_logit == kNegInf) return -1;
-  // Temperature, then the draw. Every filter keeps the most likely candidate, max_logit.
+  // (Every filter keeps the most likely candidate, max_logit.)
   const float inv_t = 1.f / params_.temperature;
   probs_.resize(cand_.size());
   double total = 0.0;
@@ -310,6 +323,39 @@ int32_t Sampler::sample_chain(std::span<const float> logits) {
     if (u < acc) return cand_[i].second;
   }
   return cand_.back().second;  // rounding: u landed at the very end
+}
+
+bool Sampler::samples_from_top(int32_t k, int32_t n_vocab) const {
+  if (penalties_active() || !params_.logit_bias.empty() || params_.n_logprobs > k) return false;
+  // (top_k >= the vocabulary keeps every token: not a top-k selection.)
+  return params_.temperature <= 0.f || (params_.top_k > 0 && params_.top_k <= k && params_.top_k < n_vocab);
+}
+
+int32_t Sampler::sample_top(const TopLogits& top) {
+  top_logprobs_.clear();
+  chosen_logprob_ = kNaN;
+  size_t n = 0;  // the row's candidates (its allowed tokens, when fewer than k)
+  while (n < top.size() && top.id(n) >= 0) ++n;
+  if (params_.n_logprobs > 0) {  // as compute_logprobs() does from the whole row
+    log_z_ = n == 0 ? std::numeric_limits<double>::infinity() : static_cast<double>(top.log_sum_exp);
+    for (size_t j = 0; j < std::min(n, static_cast<size_t>(params_.n_logprobs)); ++j)
+      top_logprobs_.push_back({top.id(j), static_cast<float>(top.logits[j] - log_z_)});
+  }
+  int32_t token = -1;
+  float logit = 0.f;
+  if (params_.temperature > 0.f) {  // the chain's top-k branch, over the same candidates
+    cand_.clear();
+    for (size_t j = 0; j < std::min(n, static_cast<size_t>(params_.top_k)); ++j)
+      cand_.emplace_back(top.logits[j], top.id(j));
+    token = draw_candidate(filter_top_k());
+    for (size_t j = 0; j < n; ++j)
+      if (top.id(j) == token) logit = top.logits[j];
+  } else if (n > 0) {
+    token = top.id(0);
+    logit = top.logits[0];
+  }
+  if (params_.n_logprobs > 0 && token >= 0) chosen_logprob_ = static_cast<float>(logit - log_z_);
+  return token;
 }
 
 bool Sampler::distribution_in_place(std::span<float> logits, std::vector<TokenProb>& out) {

@@ -55,6 +55,7 @@
 #include <vector>
 
 #include "src/base/status.h"
+#include "src/runtime/top_logits.h"
 
 namespace kite {
 
@@ -135,6 +136,15 @@ class Sampler {
 
   const SamplerParams& params() const { return params_; }
 
+  // Whether the next sample depends on nothing but the row's `k` largest logits (and its
+  // log-sum-exp, for logprobs): no penalties, no logit bias, greedy or a top-k of at most k
+  // (below the vocabulary size), at most k logprobs. Then sample_top() gives sample()'s token.
+  bool samples_from_top(int32_t k, int32_t n_vocab) const;
+  // The next token from a row's top logits (Op::kTopK), when samples_from_top() holds: the
+  // token, logprobs and RNG draws sample() would give from the whole row (the logprobs up to
+  // the rounding of the device's log-sum-exp).
+  int32_t sample_top(const TopLogits& top);
+
   // The lowest id among the largest logits; -1 when empty or when all are -inf/NaN.
   static int32_t argmax(std::span<const float> logits);
 
@@ -159,6 +169,9 @@ class Sampler {
   int32_t sample_chain(std::span<const float> logits);
   // Steps 3-6 of the chain into cand_; returns the largest logit (-inf: nothing allowed).
   float filter_candidates(std::span<const float> logits);
+  float filter_top_k();
+  float filter_rest(float max_logit, double z);
+  int32_t draw_candidate(float max_logit);
   void select_top_k(std::span<const float> logits, size_t k, std::vector<Candidate>& out);
   void apply_typical();
   void apply_top_p(float max_logit, double z);

@@ -63,6 +63,8 @@ Scheduler::Scheduler(Context& ctx, std::shared_ptr<const Tokenizer> tokenizer, c
   slot_used_.assign(static_cast<size_t>(ctx_.kv().n_seqs()), false);
   if (!check_speculative(opts_, ctx_, draft)) opts_.speculative.mode = SpecMode::kNone;
   if (opts_.speculative.mode == SpecMode::kDraft) drafter_ = std::make_unique<DraftModel>(*draft, opts_.speculative);
+  if (opts_.top_k_outputs > kMaxTopK) opts_.top_k_outputs = kMaxTopK;
+  if (opts_.top_k_outputs > 0 && !ctx_.supports_top_k()) opts_.top_k_outputs = 0;
 }
 
 Status Scheduler::check_speculative(const SchedulerOptions& opts, Context& target, Context* draft) {
@@ -326,13 +328,14 @@ Status Scheduler::step() {
 
   StepInfo info = describe_step();
   const auto t0 = std::chrono::steady_clock::now();
-  if (auto st = ctx_.decode(batch_); !st) {
+  top_k_ = step_top_k();
+  info.top_k = top_k_.k;
+  if (auto st = ctx_.decode(batch_, OutputKind::kLogits, top_k_); !st) {
     fail_all(st.error());
     return st;
   }
   info.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  // The cost model of speculation: seconds per decode step against its tokens (not the first
-  // step of a shape, which also built its graph).
+  // Speculation's cost model: seconds per decode step against its tokens (not a shape's first).
   if (info.prompt_seqs == 0 && !ctx_.last_built_graph()) target_cost_.add(static_cast<double>(batch_.size()), info.seconds);
   ++stats_.steps;
   stats_.computed_tokens += static_cast<int64_t>(batch_.size());
@@ -347,15 +350,15 @@ Status Scheduler::step() {
     } else {
       s->computed += c.n;
       if (s->computed != static_cast<int64_t>(s->tokens.size())) continue;
-      const std::span<const float> logits = ctx_.logits(out++);
+      const size_t row = out++;
       if (s->job->req.params.n > 1 && !s->job->forked) {
         if (auto st = fork_choices(*s); !st) {
           finish(*s, FinishReason::kError, st.error().message);
           continue;
         }
-        for (auto& c : s->job->seqs) emit_token(*c, logits);
+        for (auto& c : s->job->seqs) emit_token(*c, row);
       } else {
-        emit_token(*s, logits);
+        emit_token(*s, row);
       }
     }
     if (first && s->generated > 0) ++info.first_tokens;
@@ -552,28 +555,34 @@ void Scheduler::verify(Seq& s, size_t row, int32_t n_draft) {
   const int64_t first = s.computed;  // the pending token's position
   int32_t accepted = 0;
   for (int32_t j = 0; j <= n_draft && !s.done; ++j) {
-    const std::span<const float> l = ctx_.logits(row + static_cast<size_t>(j));
-    logits_.assign(l.begin(), l.end());
-    if (s.grammar) s.grammar->apply(logits_);
     const bool bonus = j == n_draft;
     const int32_t x = bonus ? -1 : s.draft.tokens[static_cast<size_t>(j)];
     int32_t token = -1;
     bool ok = false;
-    if (greedy) {
-      token = s.sampler.sample_in_place(logits_);
+    if (top_k_.k > 0) {  // (greedy without a grammar: step_top_k)
+      token = s.sampler.sample_top(ctx_.top_logits(row + static_cast<size_t>(j)));
       ok = !bonus && token == x;
-    } else if (s.sampler.distribution_in_place(logits_, dist_)) {
-      if (bonus) {
-        token = s.sampler.draw(dist_);
-      } else {
-        const std::span<const TokenProb> q =
-            s.draft.q.empty() ? std::span<const TokenProb>() : std::span<const TokenProb>(s.draft.q[static_cast<size_t>(j)]);
-        const double u_accept = s.sampler.uniform(), u_draw = s.sampler.uniform();
-        const Verdict v = verify_proposal(dist_, x, q, u_accept, u_draw, scratch_);
-        token = v.token;
-        ok = v.accepted;
+    } else {
+      const std::span<const float> l = ctx_.logits(row + static_cast<size_t>(j));
+      logits_.assign(l.begin(), l.end());
+      if (s.grammar) s.grammar->apply(logits_);
+      if (greedy) {
+        token = s.sampler.sample_in_place(logits_);
+        ok = !bonus && token == x;
+      } else if (s.sampler.distribution_in_place(logits_, dist_)) {
+        if (bonus) {
+          token = s.sampler.draw(dist_);
+        } else {
+          const std::span<const TokenProb> q = s.draft.q.empty()
+                                                   ? std::span<const TokenProb>()
+                                                   : std::span<const TokenProb>(s.draft.q[static_cast<size_t>(j)]);
+          const double u_accept = s.sampler.uniform(), u_draw = s.sampler.uniform();
+          const Verdict v = verify_proposal(dist_, x, q, u_accept, u_draw, scratch_);
+          token = v.token;
+          ok = v.accepted;
+        }
+        s.sampler.set_chosen(token, logits_);
       }
-      s.sampler.set_chosen(token, logits_);
     }
     if (token < 0) {
       finish(s, FinishReason::kError, "no token is allowed (the grammar and the logit bias exclude them all)");
@@ -617,6 +626,24 @@ Status Scheduler::fork_choices(Seq& s) {
   return ok_status();
 }
 
+// Rows come back as their top logits when every row that samples can sample from them: the
+// best one when all are greedy without logprobs, else top_k_outputs (two sizes, few graphs).
+OutputTopK Scheduler::step_top_k() const {
+  if (opts_.top_k_outputs <= 0) return {};
+  OutputTopK top{1, false};
+  const int32_t n_vocab = ctx_.model().hparams().n_vocab;
+  for (const Chunk& c : chunks_) {
+    const Seq* s = c.seq;
+    if (c.n_draft > 0 && s->sampler.params().temperature > 0.f) return {};  // (verify: whole rows)
+    if (s->done || (c.n_draft == 0 && s->computed + c.n != static_cast<int64_t>(s->tokens.size()))) continue;
+    if (s->grammar || !s->sampler.samples_from_top(opts_.top_k_outputs, n_vocab)) return {};  // (forks: same params)
+    const SamplerParams& p = s->sampler.params();
+    if (p.temperature > 0.f || p.n_logprobs > 0) top.k = opts_.top_k_outputs;
+    top.log_sum_exp |= p.n_logprobs > 0;
+  }
+  return top;
+}
+
 void Scheduler::presample() {
   presampled_.clear();
   presampled_next_ = 0;
@@ -636,7 +663,8 @@ void Scheduler::presample() {
   int threads = opts_.sampling_threads;
   if (threads <= 0) threads = static_cast<int>(std::min(8u, std::max(1u, std::thread::hardware_concurrency())));
   const int64_t floats = static_cast<int64_t>(presampled_.size()) * ctx_.model().hparams().n_vocab;
-  if (threads <= 1 || presampled_.size() < 2 || floats < opts_.parallel_sampling_floats) {
+  // (Top-k rows are a few candidates each: nothing to share out.)
+  if (threads <= 1 || presampled_.size() < 2 || floats < opts_.parallel_sampling_floats || top_k_.k > 0) {
     presampled_.clear();
     return;
   }
@@ -650,18 +678,21 @@ void Scheduler::presample() {
   });
 }
 
-void Scheduler::emit_token(Seq& s, std::span<const float> logits) {
+void Scheduler::emit_token(Seq& s, size_t row) {
   int32_t token = -1;
   if (presampled_next_ < presampled_.size() && presampled_[presampled_next_].seq == &s) {
     token = presampled_[presampled_next_++].token;
   } else if (s.done) {
     return;
+  } else if (top_k_.k > 0) {
+    token = s.sampler.sample_top(ctx_.top_logits(row));
   } else if (s.grammar) {  // the grammar masks a copy; otherwise the row is read where it is
+    const std::span<const float> logits = ctx_.logits(row);
     logits_.assign(logits.begin(), logits.end());
     s.grammar->apply(logits_);
     token = s.sampler.sample_in_place(logits_);
   } else {
-    token = s.sampler.sample(logits);  // (copies only to apply penalties or a logit bias)
+    token = s.sampler.sample(ctx_.logits(row));  // (copies only to apply penalties or a logit bias)
   }
   if (s.done) return;
   if (token < 0) {
