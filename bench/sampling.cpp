@@ -13,7 +13,8 @@
 // THREADS as the scheduler runs them (wall time: the machine may be shared). On a GPU the step
 // itself can take a few ms at 64 sequences of an 8B model: this is the budget to compare with.
 // Then what replaces it when the rows come back as their top k logits (Op::kTopK,
-// SchedulerOptions::top_k_outputs; k 1 for greedy steps, 64 else): the CPU backend's top_k op
+// SchedulerOptions::top_k_outputs; k 1 for greedy steps, 64 else, and k 1 with a draw from each
+// whole row for plain temperature sampling): the CPU backend's top_k op
 // over the step's rows on THREADS threads (what a CPU step adds; a GPU runs it instead), and
 // the host's sample_top() per row.
 #include <algorithm>
@@ -68,11 +69,18 @@ int main(int argc, char** argv) {
   nucleus.temperature = 0.8f;
   nucleus.top_k = 40;
   nucleus.top_p = 0.95f;
-  std::vector<Sampler> g, t;
+  SamplerParams plain;  // the OpenAI API's defaults: temperature 1 over the whole row
+  plain.temperature = 1.f;
+  plain.top_k = 0;
+  plain.top_p = 1.f;
+  plain.min_p = 0.f;
+  std::vector<Sampler> g, t, o;
   for (size_t i = 0; i < seqs; ++i) {
     g.emplace_back(greedy);
     nucleus.seed = i + 1;
     t.emplace_back(nucleus);
+    plain.seed = i + 1;
+    o.emplace_back(plain);
   }
   std::vector<float> scratch;
   std::printf("host sampling, %zu sequences x %zu-token vocabulary (%.1f MB of F32 logits a step)\n", seqs, vocab,
@@ -80,17 +88,19 @@ int main(int argc, char** argv) {
   const std::string team = std::to_string(threads) + " threads";
   const std::string names[] = {"greedy (copy + argmax)", "greedy without the copy",
                                "temperature 0.8, top-k 40, top-p 0.95 (copy + sample)", "greedy, " + team,
-                               "temperature 0.8, top-k 40, top-p 0.95, " + team};
+                               "temperature 0.8, top-k 40, top-p 0.95, " + team,
+                               "temperature 1, no filters (OpenAI's defaults), " + team};
   kite::ThreadTeam pool(threads);
-  for (int mode = 0; mode < 5; ++mode) {
+  for (int mode = 0; mode < 6; ++mode) {
     for (Sampler& x : g) x.reset();  // (the same draws in every mode: the checks agree)
     for (Sampler& x : t) x.reset();
+    for (Sampler& x : o) x.reset();
     std::vector<double> ms;
     std::atomic<long> check{0};
     for (int rep = 0; rep < 16; ++rep) {
       const double t0 = mode >= 3 ? wall_ms() : cpu_ms();
       if (mode >= 3) {
-        std::vector<Sampler>& which = mode == 3 ? g : t;
+        std::vector<Sampler>& which = mode == 3 ? g : mode == 4 ? t : o;
         std::atomic<size_t> next{0};
         pool.run([&](int) {
           for (size_t i = next++; i < seqs; i = next++) check += which[i].sample(rows[i]);
@@ -127,16 +137,26 @@ int main(int argc, char** argv) {
     std::exit(1);
   };
   std::printf("rows reduced to their top k logits first (SchedulerOptions::top_k_outputs)\n");
-  for (const int32_t k : {1, 64}) {
+  for (const int32_t k : {1, 64, 0}) {  // (0: k 1 and a draw from each whole row at temperature 1)
+    const bool draw = k == 0;
     Graph graph;
     Tensor* in = graph.input(DType::F32, {static_cast<int64_t>(vocab), static_cast<int64_t>(seqs)}, "logits");
-    Tensor* top = graph.top_k(in, k, false);
+    Tensor* words = draw ? graph.input(DType::I32, {4, static_cast<int64_t>(seqs)}, "draws") : nullptr;
+    Tensor* top = graph.top_k(in, std::max(k, 1), false, words);
     graph.build(top);
     const MemoryPlan plan = MemoryPlan::make(graph);
     auto arena = (*cpu)->alloc(plan.arena_bytes());
     if (!arena) return 1;
     plan.place(graph, static_cast<uint8_t*>((*arena)->base()));
     for (size_t i = 0; i < seqs; ++i) check_ok((*cpu)->upload(*in, rows[i].data(), vocab * 4, i * vocab * 4));
+    if (draw) {  // the uniforms the samplers' RNGs give (their first draws)
+      std::vector<int32_t> packed(4 * seqs);
+      for (size_t i = 0; i < seqs; ++i) {
+        o[i].reset();
+        pack_draw(1.f, o[i].uniform(), &packed[4 * i]);
+      }
+      check_ok((*cpu)->upload(*words, packed.data(), packed.size() * 4));
+    }
     std::vector<double> op_ms;
     for (int rep = 0; rep < 16; ++rep) {
       const double t0 = wall_ms();
@@ -144,14 +164,23 @@ int main(int argc, char** argv) {
       if (rep > 0) op_ms.push_back(wall_ms() - t0);
     }
     std::sort(op_ms.begin(), op_ms.end());
-    const std::string what = "the CPU backend's top_k op, k " + std::to_string(k) + ", " + team;
+    const size_t w = static_cast<size_t>(top->ne[0]);
+    const std::string what =
+        "the CPU backend's top_k op, " + (draw ? std::string("k 1 + a draw") : "k " + std::to_string(k)) + ", " + team;
     std::printf("  %-56s %7.2f ms a step, %6.1f us a sequence  (%.1f KB a step)\n", what.c_str(), op_ms[op_ms.size() / 2],
-                op_ms[op_ms.size() / 2] * 1e3 / static_cast<double>(seqs),
-                static_cast<double>(seqs * static_cast<size_t>(2 * k + 1) * 4) / 1e3);
+                op_ms[op_ms.size() / 2] * 1e3 / static_cast<double>(seqs), static_cast<double>(seqs * w * 4) / 1e3);
+    const auto* out = static_cast<const float*>(top->data);
+    if (draw) {  // the same tokens as the host's first draws (mode 5's first step)
+      size_t differ = 0;
+      for (size_t i = 0; i < seqs; ++i) {
+        o[i].reset();
+        differ += static_cast<int32_t>(out[i * w + w - 1]) != o[i].sample(rows[i]) ? 1 : 0;
+      }
+      std::printf("  %-56s %zu of %zu differ\n", "drawn tokens against the host's own draws", differ, seqs);
+      continue;
+    }
     std::vector<Sampler>& which = k == 1 ? g : t;
     for (Sampler& x : which) x.reset();
-    const auto* out = static_cast<const float*>(top->data);
-    const size_t w = static_cast<size_t>(2 * k + 1);
     std::vector<double> ms;
     long check = 0;
     for (int rep = 0; rep < 16; ++rep) {

@@ -182,6 +182,21 @@ inline void check_batch_invariance(const std::string& device, const std::string&
   }
 }
 
+// Sampler's draw with every filter off (what Graph::top_k's draw promises), given the uniform.
+inline int32_t reference_draw(std::span<const float> x, float t, double u) {
+  float m = -INFINITY;
+  for (float v : x) m = v > m ? v : m;
+  double total = 0;
+  for (float v : x) total += v > -INFINITY ? std::exp((v - m) * (1.f / t)) : 0.0;
+  double acc = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (!(x[i] > -INFINITY)) continue;
+    acc += std::exp((x[i] - m) * (1.f / t));
+    if (u * total < acc) return static_cast<int32_t>(i);
+  }
+  return static_cast<int32_t>(x.size()) - 1;
+}
+
 // A step that brings back each output's top 64 logits (Op::kTopK, run where the logits are)
 // returns exactly the top 64 of the logits a whole-row step of the same batch brings back (the
 // same kernels on the same device), with the row's log-sum-exp; over prefill and decode steps.
@@ -193,8 +208,14 @@ inline void check_top_k_outputs(const std::string& device) {
   std::vector<BatchToken> batch;
   for (int32_t s = 0; s < 3; ++s)
     for (int32_t i = 0; i < 5 + s; ++i) batch.push_back({(i * 37 + s * 11 + 5) % n_vocab, s, i + 1 == 5 + s});
+  // Where the device draws (CUDA; not Vulkan), each output also draws a token at temperature 0.9.
+  const bool draws = top->supports_top_k(true);
+  std::vector<RowDraw> draw(3);
   for (int step = 0; step < 5; ++step) {
-    REQUIRE(top->decode(batch, OutputKind::kLogits, {64, true}).ok());
+    for (size_t o = 0; o < draw.size(); ++o) draw[o] = {0.9f, 0.1 + 0.35 * static_cast<double>(o) + 0.02 * step};
+    OutputTopK ask{64, true};
+    if (draws) ask.draws = draw;
+    REQUIRE(top->decode(batch, OutputKind::kLogits, ask).ok());
     REQUIRE(whole->decode(batch).ok());
     REQUIRE(top->n_outputs() == whole->n_outputs());
     batch.clear();
@@ -213,6 +234,12 @@ inline void check_top_k_outputs(const std::string& device) {
         CHECK(t.logits[j] == row[idx[j]]);
       }
       CHECK(std::abs(t.log_sum_exp - (m + std::log(z))) < 1e-4 * std::max(1.0, std::abs(m)));
+      if (draws) {  // the chain's own draw from the whole row with the same uniform (a target at a
+                    // boundary could move with the device's summation order: improbable here)
+        CHECK(t.drawn == reference_draw(row, 0.9f, draw[o].u));
+      } else {
+        CHECK(t.drawn == -1);
+      }
       batch.push_back({t.id(0), static_cast<int32_t>(o), true});  // the greedy token goes on
     }
   }

@@ -2,6 +2,8 @@
 // through every SIMD level this machine supports, forced in turn), compared with naive
 // double-precision references written here by normalized mean squared error on random data
 // (fixed seeds).
+#include <array>
+
 #include "tests/ops_test_util.h"
 
 namespace kite {
@@ -672,6 +674,83 @@ TEST_CASE("ops: top_k selects each row's best entries, ties to the lower index, 
             CHECK(std::abs(v - e) <= 1e-5f * std::max(1.f, std::abs(e)));
           }
         }
+    });
+  }
+}
+
+
+// Graph::top_k's draw, computed here as the contract states: float weights, summed in double in
+// index order. Returns the token and, through `lo`/`hi`, the running sums around it.
+static int32_t reference_draw(const float* x, int64_t n, float t, double u, double* lo, double* hi, double* total) {
+  float m = -INFINITY;
+  for (int64_t i = 0; i < n; ++i)
+    if (x[i] > m) m = x[i];
+  *total = 0;
+  if (!(t > 0.f) || !(m > -INFINITY)) return -1;
+  int64_t last = -1;
+  for (int64_t i = 0; i < n; ++i)
+    if (x[i] > -INFINITY) *total += std::exp((x[i] - m) * (1.f / t)), last = i;
+  double acc = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    if (!(x[i] > -INFINITY)) continue;
+    *lo = acc;
+    acc += std::exp((x[i] - m) * (1.f / t));
+    *hi = acc;
+    if (u * *total < acc) return static_cast<int32_t>(i);
+  }
+  return static_cast<int32_t>(last);
+}
+
+TEST_CASE("ops: top_k draws a token from the whole row at a temperature with a given uniform") {
+  const int64_t n = 5000, rows = 8;
+  std::mt19937 g(3);
+  std::normal_distribution<float> normal(0.f, 2.f);
+  std::uniform_real_distribution<double> uniform(0.0, 1.0);
+  std::vector<float> x(static_cast<size_t>(n * rows));
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t i = 0; i < n; ++i) {
+      float v = normal(g);
+      if (r == 5 && i % 3 != 0) v = -INFINITY;          // few allowed
+      if (r == 6) v = i % 2 ? NAN : -INFINITY;          // none allowed: -1
+      if (r == 7 && i % 17 == 0) v = NAN;               // NaN skipped
+      x[static_cast<size_t>(r * n + i)] = v;
+    }
+  for (int trial = 0; trial < 6; ++trial) {
+    std::vector<int32_t> words(static_cast<size_t>(4 * rows));
+    std::vector<float> temp(static_cast<size_t>(rows));
+    std::vector<double> us(static_cast<size_t>(rows));
+    for (int64_t r = 0; r < rows; ++r) {
+      constexpr std::array<float, 4> kTemps = {0.3f, 0.8f, 1.f, 2.5f};
+      temp[static_cast<size_t>(r)] = r == 4 ? 0.f : kTemps[static_cast<size_t>((r + trial) % 4)];
+      us[static_cast<size_t>(r)] = trial == 0 ? 0.0 : trial == 1 ? 0x1.fffffffffffffp-1 : uniform(g);
+      pack_draw(temp[static_cast<size_t>(r)], us[static_cast<size_t>(r)], &words[static_cast<size_t>(4 * r)]);
+    }
+    std::vector<uint8_t> wb(words.size() * 4);
+    std::memcpy(wb.data(), words.data(), wb.size());
+    for_each_config([&](const Config& c) {
+      Graph gr;
+      Tensor* a = gr.input(DType::F32, {n, rows}, "a");
+      Tensor* d = gr.input(DType::I32, {4, rows}, "draws");
+      Tensor* y = gr.top_k(a, 8, false, d);
+      INFO("trial ", trial, " on ", c.label);
+      if (!c.backend->supports(*y)) {  // (Vulkan: no draws; the scheduler asks first)
+        CHECK(std::string(c.backend->name()) == "vulkan");
+        return;
+      }
+      const std::vector<float> got = run_graph(*c.backend, gr, y, {{a, bytes_of(x)}, {d, wb}});
+      for (int64_t r = 0; r < rows; ++r) {
+        double lo = 0, hi = 0, total = 0;
+        const int32_t ref = reference_draw(&x[static_cast<size_t>(r * n)], n, temp[static_cast<size_t>(r)],
+                                           us[static_cast<size_t>(r)], &lo, &hi, &total);
+        const auto drawn = static_cast<int32_t>(got[static_cast<size_t>(r * 18 + 17)]);
+        INFO("row ", r, " reference ", ref, " drawn ", drawn);
+        if (c.cpu || drawn == ref) {  // the CPU sums exactly as the reference does
+          CHECK(drawn == ref);
+        } else {  // a device sums in another order: only a target at a boundary may move
+          const double target = us[static_cast<size_t>(r)] * total;
+          CHECK((std::abs(target - lo) < 1e-9 * total || std::abs(target - hi) < 1e-9 * total));
+        }
+      }
     });
   }
 }

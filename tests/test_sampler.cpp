@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <numeric>
 #include <random>
@@ -535,6 +536,25 @@ TEST_CASE("sampler: which parameters can sample from a row's top k") {
   p.repeat_penalty = 1.f;
   p.logit_bias = {{5, 1.f}};
   CHECK_FALSE(ok(p));
+  // Plain temperature sampling over the whole row is drawn on the device instead.
+  auto draws = [](SamplerParams q, int n_vocab = 32000) { return Sampler(q).draws_on_device(n_vocab); };
+  SamplerParams plain;
+  plain.temperature = 1.f, plain.top_k = 0, plain.top_p = 1.f, plain.min_p = 0.f;
+  CHECK(draws(plain));
+  CHECK_FALSE(ok(plain));
+  CHECK(draws(plain, 32000));
+  plain.top_k = 32000;  // (a top-k of the whole vocabulary filters nothing)
+  CHECK(draws(plain));
+  plain.top_k = 0;
+  for (auto change : std::vector<std::function<void(SamplerParams&)>>{
+           [](SamplerParams& q) { q.temperature = 0.f; }, [](SamplerParams& q) { q.top_p = 0.9f; },
+           [](SamplerParams& q) { q.min_p = 0.05f; }, [](SamplerParams& q) { q.typical_p = 0.5f; },
+           [](SamplerParams& q) { q.n_logprobs = 1; }, [](SamplerParams& q) { q.presence_penalty = 0.5f; },
+           [](SamplerParams& q) { q.logit_bias = {{1, -1.f}}; }, [](SamplerParams& q) { q.top_k = 40; }}) {
+    SamplerParams q = plain;
+    change(q);
+    CHECK_FALSE(draws(q));
+  }
 }
 
 TEST_CASE("sampler: validate names the field and the range") {

@@ -359,13 +359,17 @@ TEST_CASE("scheduler: rows sampled on several threads give the tokens and logpro
   }
 }
 
-TEST_CASE("scheduler: rows brought back as their top 64 logits give the tokens of whole rows") {
+TEST_CASE("scheduler: rows brought back as their top 64 logits, or drawn on the device, give the tokens of whole rows") {
   const auto ps = prompts(10);
+  int device_draws = 0;
   auto run = [&](int32_t top_k_outputs, std::vector<int32_t>* step_k) {
     auto ctx = make_context(16);
     SchedulerOptions so;
     so.top_k_outputs = top_k_outputs;
-    so.on_step = [&](const StepInfo& info) { step_k->push_back(info.top_k); };
+    so.on_step = [&](const StepInfo& info) {
+      step_k->push_back(info.top_k);
+      device_draws += info.device_draws;
+    };
     Scheduler s(*ctx, engine().tok, so);
     Collector col;
     std::vector<std::pair<uint64_t, int32_t>> keys;
@@ -376,6 +380,11 @@ TEST_CASE("scheduler: rows brought back as their top 64 logits give the tokens o
         p.sampling.seed = i;
       }
       if (i == 2 || i == 5) p.sampling.n_logprobs = 4;
+      if (i == 6 || i == 9) {  // the OpenAI API's defaults: temperature 1 over the whole row (drawn there)
+        p.sampling = SamplerParams{};
+        p.sampling.temperature = 1.f, p.sampling.top_k = 0, p.sampling.top_p = 1.f, p.sampling.min_p = 0.f;
+        p.sampling.seed = 100 + i;
+      }
       if (i == 7) p.n = 2;
       if (i == 3) p.sampling.repeat_penalty = 1.2f;  // whole rows while it runs (6 tokens)
       auto id = s.submit(col.make(ps[i], p));
@@ -399,8 +408,10 @@ TEST_CASE("scheduler: rows brought back as their top 64 logits give the tokens o
     REQUIRE(top[i].logprobs.size() == whole[i].logprobs.size());
     for (size_t j = 0; j < top[i].logprobs.size(); ++j) CHECK(std::abs(top[i].logprobs[j] - whole[i].logprobs[j]) < 1e-4f);
   }
-  // Both kinds of step happened (whole rows while the penalized request ran), and none without.
+  // Both kinds of step happened (whole rows while the penalized request ran), and none without;
+  // the plain-temperature requests' tokens were drawn on the device once it had finished.
   CHECK(std::count(k_top.begin(), k_top.end(), 64) > 10);  // (1 when every row is greedy, without logprobs)
+  CHECK(device_draws > 5);
   CHECK(std::count(k_top.begin(), k_top.end(), 0) > 0);
   CHECK(std::count(k_whole.begin(), k_whole.end(), 0) == static_cast<std::ptrdiff_t>(k_whole.size()));
 }

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "backends/cpu/ops.h"
+#include "src/core/graph.h"
 
 namespace kite::cpu {
 namespace {
@@ -71,6 +72,30 @@ double sum_exp(const float* x, int64_t n, float m) {
   return z;
 }
 
+// Graph::top_k's draw: the token at temperature t with uniform u, exactly as Sampler's chain
+// draws with every filter off (the same float weights, summed in double in index order).
+int32_t draw_token(const float* x, int64_t n, float m, float t, double u, std::vector<float>& w) {
+  if (!(t > 0.f) || !(m > -std::numeric_limits<float>::infinity())) return -1;
+  const float inv_t = 1.f / t;
+  w.resize(static_cast<size_t>(n));  // the weights, 0 for what is not allowed
+  double total = 0.0;
+  int64_t last = -1;
+  for (int64_t i = 0; i < n; ++i) {
+    const bool allowed = x[i] > -std::numeric_limits<float>::infinity();
+    w[static_cast<size_t>(i)] = allowed ? std::exp((x[i] - m) * inv_t) : 0.f;
+    total += w[static_cast<size_t>(i)];
+    last = allowed ? i : last;
+  }
+  const double target = u * total;
+  double acc = 0.0;
+  for (int64_t i = 0; i < n; ++i) {
+    if (!(x[i] > -std::numeric_limits<float>::infinity())) continue;
+    acc += w[static_cast<size_t>(i)];
+    if (target < acc) return static_cast<int32_t>(i);
+  }
+  return static_cast<int32_t>(last);  // (rounding: u landed at the very end)
+}
+
 }  // namespace
 
 void op_top_k(Tensor* dst, const KernelCtx& c) {
@@ -128,6 +153,13 @@ void op_top_k(Tensor* dst, const KernelCtx& c) {
       z = std::isinf(m) ? m : static_cast<float>(m + std::log(sum_exp(x, n, m)));
     }
     out[2 * k] = z;
+    if (const Tensor* d = dst->src[1]) {
+      float t;
+      double u;
+      unpack_draw(reinterpret_cast<const int32_t*>(d->row_ptr(r)), &t, &u);
+      const float m = heap.empty() ? -std::numeric_limits<float>::infinity() : heap.front().v;
+      out[2 * k + 1] = static_cast<float>(draw_token(x, n, m, t, u, *c.scratch));
+    }
   }
 }
 

@@ -7,6 +7,7 @@
 // (a histogram of 256 bins per pass, usually one or two passes), then the keys above it are
 // gathered, ties at the threshold taken lowest index first, and the <= 128 candidates sorted by
 // a bitonic sort in shared memory. Each pass reads the row once (from L2 after the first).
+// With a draw (Graph::top_k), one more pass draws a token from the whole row (draw_token).
 #include <cmath>
 #include <cstdint>
 
@@ -71,13 +72,76 @@ __device__ __forceinline__ bool better(float va, int ia, float vb, int ib) {
   return va > vb || (va == vb && ia < ib);
 }
 
-__global__ void top_k_kernel(Rows dst, Rows src, int64_t n, int k, int want_lse) {
+// Graph::top_k's draw, after the sort (m = the row's largest allowed value): each thread sums
+// the weights of a contiguous chunk of the row in double, a block scan places the chunks, and
+// the thread whose chunk holds u * total walks it in index order (ties between chunks, from
+// rounding, go to the lower index; a target past every chunk to the last allowed entry).
+__device__ void draw_token(const float* x, int64_t n, float m, const int32_t* draw, float* out, double* red_d,
+                           int* flags) {
+  const int tid = static_cast<int>(threadIdx.x), nt = static_cast<int>(blockDim.x);
+  const float t = __int_as_float(draw[0]);
+  const double u = *reinterpret_cast<const double*>(draw + 2);
+  if (!(t > 0.f) || !(m > -INFINITY)) {  // (uniform across the block)
+    if (tid == 0) *out = -1.f;
+    return;
+  }
+  const float inv_t = 1.f / t;
+  const int64_t per = (n + nt - 1) / nt, begin = min(n, per * tid), end = min(n, begin + per);
+  double local = 0.0;
+  int last = -1;
+  for (int64_t i = begin; i < end; ++i) {
+    const float v = x[i];
+    if (v > -INFINITY) {
+      local += expf((v - m) * inv_t);
+      last = static_cast<int>(i);
+    }
+  }
+  // Exclusive scan of the chunk sums over the block: warp scans, then the warps' totals.
+  const int lane = tid % 32, warp = tid / 32;
+  double incl = local;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const double y = __shfl_sync(0xffffffffu, incl, lane >= o ? lane - o : lane);
+    if (lane >= o) incl += y;
+  }
+  __syncthreads();  // (red_d and flags are free)
+  if (lane == 31) red_d[warp] = incl;
+  if (tid == 0) flags[0] = 0x7fffffff, flags[1] = -1;  // the drawn index, the last allowed one
+  __syncthreads();
+  double before = 0.0, total = 0.0;
+  for (int w = 0; w < nt / 32; ++w) {
+    before += w < warp ? red_d[w] : 0.0;
+    total += red_d[w];
+  }
+  if (last >= 0) atomicMax(&flags[1], last);
+  const double target = u * total, start = before + incl - local;
+  if (local > 0.0 && start <= target && target < start + local) {
+    int hit = last;  // (rounding: the walk's own sum fell short of the target)
+    double acc = start;
+    for (int64_t i = begin; i < end; ++i) {
+      const float v = x[i];
+      if (!(v > -INFINITY)) continue;
+      acc += expf((v - m) * inv_t);
+      if (target < acc) {
+        hit = static_cast<int>(i);
+        break;
+      }
+    }
+    atomicMin(&flags[0], hit);
+  }
+  __syncthreads();
+  if (tid == 0) *out = static_cast<float>(flags[0] != 0x7fffffff ? flags[0] : flags[1]);
+}
+
+__global__ void __launch_bounds__(1024) top_k_kernel(Rows dst, Rows src, Rows draw, int64_t n, int k, int want_lse) {
   KITE_SHARED(hist, unsigned[256]);
   KITE_SHARED(red, unsigned[32]);
   KITE_SHARED(red_f, float[32]);
   KITE_SHARED(cand_v, float[kMaxK]);
   KITE_SHARED(cand_i, int[kMaxK]);
   KITE_SHARED(state, unsigned[4]);  // the chosen bin, still to take in it, its count; gathered
+  KITE_SHARED(red_d, double[32]);
+  KITE_SHARED(flags, int[2]);
   const int64_t r = blockIdx.x;
   const float* x = reinterpret_cast<const float*>(row_ptr(src, r));
   float* out = reinterpret_cast<float*>(row_ptr(dst, r));
@@ -224,16 +288,20 @@ __global__ void top_k_kernel(Rows dst, Rows src, int64_t n, int k, int want_lse)
     out[k + j] = have ? static_cast<float>(cand_i[j]) : -1.f;
   }
   if (tid == 0) out[2 * k] = lse;
+  if (draw.p != nullptr)
+    draw_token(x, n, kk > 0u ? cand_v[0] : -INFINITY, reinterpret_cast<const int32_t*>(row_ptr(draw, r)),
+               out + 2 * k + 1, red_d, flags);
 }
 
 }  // namespace
 
-cudaError_t launch_top_k(Rows dst, Rows src, int64_t ne0, int64_t n_rows, int k, bool log_sum_exp, cudaStream_t s) {
+cudaError_t launch_top_k(Rows dst, Rows src, Rows draw, int64_t ne0, int64_t n_rows, int k, bool log_sum_exp,
+                         cudaStream_t s) {
   if (k < 1 || k > kMaxK) return cudaErrorInvalidValue;
   // A long row (a vocabulary) gets a whole SM's worth of threads: one sequence's step waits
   // for one block.
   const int threads = ne0 >= 32768 ? 1024 : 256;
-  KITE_KERNEL(static_cast<unsigned>(n_rows), threads, 0, s, top_k_kernel)(dst, src, ne0, k, log_sum_exp ? 1 : 0);
+  KITE_KERNEL(static_cast<unsigned>(n_rows), threads, 0, s, top_k_kernel)(dst, src, draw, ne0, k, log_sum_exp ? 1 : 0);
   return cudaGetLastError();
 }
 

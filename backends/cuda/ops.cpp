@@ -339,7 +339,12 @@ Status run_node(Device& dev, OpScratch& sc, Tensor* n) {
       const Tensor* a = n->src[0];
       KITE_ASSIGN_OR_RETURN(uint8_t * ap, dev.address(a));
       KITE_ASSIGN_OR_RETURN(uint8_t * d, dev.address(n));
-      KITE_LAUNCH(launch_top_k(rows_of(n, d), rows_of(a, ap), a->ne[0], a->n_rows(), n->params.i[0],
+      Rows draw;
+      if (n->src[1] != nullptr) {
+        KITE_ASSIGN_OR_RETURN(uint8_t * dp, dev.address(n->src[1]));
+        draw = rows_of(n->src[1], dp);
+      }
+      KITE_LAUNCH(launch_top_k(rows_of(n, d), rows_of(a, ap), draw, a->ne[0], a->n_rows(), n->params.i[0],
                                n->params.i[1] != 0, s));
       return ok_status();
     }

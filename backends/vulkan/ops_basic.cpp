@@ -280,8 +280,8 @@ bool basic_supported(const Tensor& n) {
     }
     case Op::kRope:
       return rope_supported(n);
-    case Op::kTopK:
-      return f32_rows(n.src[0]) && n.params.i[0] >= 1 && n.params.i[0] <= kMaxTopK;
+    case Op::kTopK:  // (not the draw: the CUDA and CPU kernels sum its weights in double)
+      return n.src[1] == nullptr && f32_rows(n.src[0]) && n.params.i[0] >= 1 && n.params.i[0] <= kMaxTopK;
     case Op::kCopy: {
       const Tensor* a = n.src[0];
       return a->ne[0] == n.ne[0] && a->n_rows() == n.n_rows() && convert_supported(a, &n, n.type);

@@ -8,6 +8,7 @@
 // memory planner.
 #pragma once
 
+#include <cstring>
 #include <deque>
 #include <initializer_list>
 #include <string>
@@ -78,7 +79,12 @@ class Graph {
   // largest first (equal values: the lower index first); then their indices, as exact floats
   // (n < 2^24); then, when `log_sum_exp`, log(sum(exp(a))) over the row (else 0). NaN and -inf
   // entries are never candidates: a row with fewer than k others pads with value -inf, index -1.
-  Tensor* top_k(Tensor* a, int32_t k, bool log_sum_exp);
+  // With `draw` one more entry: the token drawn from the whole row at a temperature T with a
+  // uniform u in [0, 1), as Sampler's chain draws with every filter off — w_i = exp((a_i - max)
+  // * (1 / T)) in float for the allowed entries, the first index whose running sum (in double,
+  // in index order) exceeds u * sum(w), else the last allowed one; -1 when T <= 0 or nothing is
+  // allowed. `draw` is I32 [4, rows] of raw words (pack_draw): T's float bits, 0, u's double bits.
+  Tensor* top_k(Tensor* a, int32_t k, bool log_sum_exp, Tensor* draw = nullptr);
 
   // Nodes made from now on are tagged with `layer` (Tensor::layer), so a graph can be split
   // across backends by model part. Starts at -1.
@@ -102,6 +108,18 @@ class Graph {
   std::unordered_set<const Tensor*> visited_;
   int32_t layer_ = -1;
 };
+
+// A row of top_k's `draw` input: u travels as its double's bits (53 random bits; a float
+// would round the draw).
+inline void pack_draw(float temperature, double u, int32_t out[4]) {
+  std::memcpy(&out[0], &temperature, 4);
+  out[1] = 0;
+  std::memcpy(&out[2], &u, 8);
+}
+inline void unpack_draw(const int32_t in[4], float* temperature, double* u) {
+  std::memcpy(temperature, &in[0], 4);
+  std::memcpy(u, &in[2], 8);
+}
 
 // True for ops that produce no new bytes: views, and kv_write (it writes into its cache).
 inline bool aliases_src0(Op op) { return op == Op::kView || op == Op::kKvWrite; }

@@ -14,6 +14,7 @@ struct Context::Step {
   std::vector<Backend*> backends;  // what the split's backend indices name
   SplitGraph split;                // backends of the nodes, copies at the boundaries, memory plans
   std::vector<std::unique_ptr<Step>> peers;  // tensor parallelism: ranks 1.. (this step is rank 0)
+  Tensor* draws = nullptr;         // I32 [4, n_outputs]: RowDraws, packed (top-k steps that draw)
 };
 
 namespace {
@@ -170,7 +171,7 @@ Status Context::check_device_memory() const {
 }
 
 Result<Context::Step*> Context::step_for(int64_t n_tokens, int64_t n_outputs, OutputKind kind, OutputTopK top_k) {
-  auto key = std::make_tuple(n_tokens, n_outputs, kind, top_k.k, top_k.log_sum_exp);
+  auto key = std::make_tuple(n_tokens, n_outputs, kind, top_k.k, top_k.log_sum_exp, !top_k.draws.empty());
   auto it = steps_.find(key);
   last_built_graph_ = it == steps_.end();
   const int32_t world = std::max(opts_.tensor_parallel, 1);
@@ -192,7 +193,8 @@ Result<Context::Step*> Context::step_for(int64_t n_tokens, int64_t n_outputs, Ou
                                      TpRank{r, world});
       if (r == 0 && top_k.k > 0) {  // (with the output head: on the backend that computed the logits)
         g.set_layer(static_cast<int32_t>(model_->hparams().n_layer));
-        s->out = g.top_k(s->out, top_k.k, top_k.log_sum_exp);
+        if (!top_k.draws.empty()) s->draws = g.input(DType::I32, {4, n_outputs}, "draws");
+        s->out = g.top_k(s->out, top_k.k, top_k.log_sum_exp, s->draws);
         g.build(s->out);
       }
       if (world > 1) s->backends = {backend_ptrs_[static_cast<size_t>(r)]};
@@ -276,6 +278,8 @@ Status Context::decode(std::span<const BatchToken> batch, OutputKind kind, Outpu
     if (t.logits) out[o++] = static_cast<int32_t>(i);
   }
   if (o == 0) out[o++] = static_cast<int32_t>(n - 1);
+  if (!top_k.draws.empty() && top_k.draws.size() != static_cast<size_t>(o))
+    return make_error("decode: ", top_k.draws.size(), " draws for ", o, " outputs");
   kv_->fill_block_table(table);
   // Every backend that reads an input gets its own copy of it (every rank's graph too).
   const size_t row = n * sizeof(int32_t);
@@ -291,6 +295,12 @@ Status Context::decode(std::span<const BatchToken> batch, OutputKind kind, Outpu
     KITE_TRY(upload(rs.in.kv_slots, slots, row));
     KITE_TRY(upload(rs.in.out_rows, out, static_cast<size_t>(o) * sizeof(int32_t)));
     KITE_TRY(upload(rs.in.block_table, table, rs.in.block_table->nbytes()));
+    if (rs.draws != nullptr) {
+      draw_staging_.resize(4 * top_k.draws.size());
+      for (size_t i = 0; i < top_k.draws.size(); ++i)
+        pack_draw(top_k.draws[i].temperature, top_k.draws[i].u, &draw_staging_[4 * i]);
+      KITE_TRY(upload(rs.draws, draw_staging_.data(), rs.draws->nbytes()));
+    }
   }
   Backend& out_be = *step->backends[static_cast<size_t>(step->split.backend_of(step->out))];
   KITE_TRY(compute(*step, &out_be));
@@ -301,6 +311,7 @@ Status Context::decode(std::span<const BatchToken> batch, OutputKind kind, Outpu
   for (const BatchToken& t : batch) kv_->advance(t.seq, std::span<const int32_t>(&t.token, 1));
   if (kind == OutputKind::kLogits) logits_from_eval_ = false;
   top_k_ = top_k.k;
+  top_drawn_ = !top_k.draws.empty();
   return ok_status();
 }
 
@@ -388,16 +399,17 @@ std::span<const float> Context::logits(size_t i) const {
 }
 
 TopLogits Context::top_logits(size_t i) const {
-  const size_t k = static_cast<size_t>(top_k_), row = 2 * k + 1;
+  const size_t k = static_cast<size_t>(top_k_), row = 2 * k + 1 + (top_drawn_ ? 1 : 0);
   const std::span<const float> r(top_.data() + i * row, row);
-  return {r.first(k), r.subspan(k, k), r[2 * k]};
+  return {r.first(k), r.subspan(k, k), r[2 * k], top_drawn_ ? static_cast<int32_t>(r[2 * k + 1]) : -1};
 }
 
-bool Context::supports_top_k() const {
+bool Context::supports_top_k(bool draw) const {
   // A node like the one a step would end in, on the backend that computes the logits.
   Graph g;
   Tensor* logits = g.input(DType::F32, {model_->hparams().n_vocab, 1}, "logits");
-  const Tensor* t = g.top_k(logits, kMaxTopK, true);
+  Tensor* draws = draw ? g.input(DType::I32, {4, 1}, "draws") : nullptr;
+  const Tensor* t = g.top_k(logits, kMaxTopK, true, draws);
   return backends_[static_cast<size_t>(placement_(static_cast<int32_t>(model_->hparams().n_layer)))]->supports(*t);
 }
 

@@ -74,6 +74,9 @@ struct BatchToken {
 struct OutputTopK {
   int32_t k = 0;  // 0: logits(i); 1..kMaxTopK: top_logits(i)
   bool log_sum_exp = false;
+  // Also a token drawn from each output's whole row on the device (one per output, in order;
+  // TopLogits::drawn), or none when empty. Needs supports_top_k(true).
+  std::span<const RowDraw> draws;
 };
 
 class Context {
@@ -91,8 +94,9 @@ class Context {
   std::span<const float> logits(size_t i) const;
   // Valid after a step with top_k.k > 0.
   TopLogits top_logits(size_t i) const;
-  // Whether steps can reduce their logits to the top k on the backend that computes them.
-  bool supports_top_k() const;
+  // Whether steps can reduce their logits to the top k (and draw from them: `draw`) on the
+  // backend that computes them.
+  bool supports_top_k(bool draw = false) const;
   // Valid after a kHidden step: n_embd floats.
   std::span<const float> hidden(size_t i) const;
   size_t n_outputs() const { return n_outputs_; }
@@ -136,18 +140,20 @@ class Context {
   std::vector<Backend*> backend_ptrs_;
   std::function<int(int32_t layer)> placement_;
   std::unique_ptr<KvCache> kv_;
-  // (tokens, outputs, kind, top k, with log-sum-exp)
-  std::map<std::tuple<int64_t, int64_t, OutputKind, int32_t, bool>, std::unique_ptr<Step>> steps_;
+  // (tokens, outputs, kind, top k, with log-sum-exp, with draws)
+  std::map<std::tuple<int64_t, int64_t, OutputKind, int32_t, bool, bool>, std::unique_ptr<Step>> steps_;
   std::vector<std::unique_ptr<Buffer>> arenas_;  // per backend, sized to the largest plan
   std::vector<std::vector<uint8_t>> copy_staging_;  // per rank: device-to-device copies
   SplitStats split_stats_;
   int last_splits_ = 0, last_copies_ = 0;
   std::vector<float> logits_;
   std::vector<float> hidden_;      // kHidden steps: n_outputs x n_embd
-  std::vector<float> top_;         // top-k steps: n_outputs x (2k + 1)
+  std::vector<float> top_;         // top-k steps: n_outputs x (2k + 1 (+ 1 with draws))
   int32_t top_k_ = 0;              // of the last step
+  bool top_drawn_ = false;         // the last step drew tokens
   std::vector<float> all_logits_;  // eval(all_logits): every token's logits
   std::vector<int32_t> staging_;   // step inputs, staged on the host (reused: no allocation per token)
+  std::vector<int32_t> draw_staging_;
   std::vector<int64_t> added_, next_pos_;
   std::vector<BatchToken> eval_batch_;
   size_t n_outputs_ = 0;

@@ -331,6 +331,12 @@ bool Sampler::samples_from_top(int32_t k, int32_t n_vocab) const {
   return params_.temperature <= 0.f || (params_.top_k > 0 && params_.top_k <= k && params_.top_k < n_vocab);
 }
 
+bool Sampler::draws_on_device(int32_t n_vocab) const {
+  const SamplerParams& p = params_;
+  return p.temperature > 0.f && (p.top_k <= 0 || p.top_k >= n_vocab) && p.top_p >= 1.f && p.min_p <= 0.f &&
+         p.typical_p >= 1.f && p.n_logprobs == 0 && !penalties_active() && p.logit_bias.empty();
+}
+
 int32_t Sampler::sample_top(const TopLogits& top) {
   top_logprobs_.clear();
   chosen_logprob_ = kNaN;

@@ -140,6 +140,10 @@ class Sampler {
   // log-sum-exp, for logprobs): no penalties, no logit bias, greedy or a top-k of at most k
   // (below the vocabulary size), at most k logprobs. Then sample_top() gives sample()'s token.
   bool samples_from_top(int32_t k, int32_t n_vocab) const;
+  // Whether the next sample is a plain draw from the whole row (temperature > 0, every filter,
+  // penalty, bias and logprobs off: the OpenAI API's defaults), which the device can make
+  // (RowDraw, TopLogits::drawn) with the next uniform() in place of the chain's own draw.
+  bool draws_on_device(int32_t n_vocab) const;
   // The next token from a row's top logits (Op::kTopK), when samples_from_top() holds: the
   // token, logprobs and RNG draws sample() would give from the whole row (the logprobs up to
   // the rounding of the device's log-sum-exp).

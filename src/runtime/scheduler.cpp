@@ -1,12 +1,11 @@
 #include "src/runtime/scheduler.h"
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <optional>
-#include <thread>
 
 #include "src/runtime/grammar/grammar.h"
+#include "src/runtime/scheduler_internal.h"
 
 namespace kite {
 
@@ -21,42 +20,6 @@ const char* finish_reason_name(FinishReason r) {
   return "none";
 }
 
-struct Scheduler::Seq {
-  Seq(Job* j, int32_t c, const Tokenizer* tok, const GenerationParams& p)
-      : job(j), choice(c), sampler(p.sampling), stop(p.stop) {
-    if (tok != nullptr) decoder.emplace(*tok, DecodeOptions{.render_special = false});
-  }
-  Job* job;
-  int32_t choice;
-  std::vector<int32_t> tokens;  // prompt + generated; tokens[computed..] are not in the KV yet
-  int64_t computed = 0;
-  int32_t slot = -1;
-  int32_t generated = 0;
-  bool done = false;
-  Sampler sampler;
-  std::optional<GrammarMatcher> grammar;
-  std::optional<StreamDecoder> decoder;  // none without a tokenizer (token ids only)
-  StopMatcher stop;
-  // Speculative decoding (created on first use).
-  std::optional<Sampler> draft_sampler;
-  std::optional<NgramIndex> ngram;
-  AcceptanceEstimate acceptance;
-  ProbeBackoff backoff;
-  Draft draft;
-};
-
-struct Scheduler::Job {
-  uint64_t id = 0;
-  Request req;
-  int64_t n_prompt = 0;
-  int32_t live = 0;      // choices not finished
-  bool forked = false;   // n > 1: the choices exist (the prompt is computed)
-  bool first_admission = true;
-  std::vector<int32_t> reserved_slots;  // n > 1 before the fork: slots held for the other choices
-  std::vector<std::unique_ptr<Seq>> seqs;
-  Usage usage;
-};
-
 Scheduler::Scheduler(Context& ctx, std::shared_ptr<const Tokenizer> tokenizer, const SchedulerOptions& opts,
                      Context* draft)
     : ctx_(ctx), tok_(std::move(tokenizer)), opts_(opts) {
@@ -65,6 +28,7 @@ Scheduler::Scheduler(Context& ctx, std::shared_ptr<const Tokenizer> tokenizer, c
   if (opts_.speculative.mode == SpecMode::kDraft) drafter_ = std::make_unique<DraftModel>(*draft, opts_.speculative);
   if (opts_.top_k_outputs > kMaxTopK) opts_.top_k_outputs = kMaxTopK;
   if (opts_.top_k_outputs > 0 && !ctx_.supports_top_k()) opts_.top_k_outputs = 0;
+  draws_supported_ = opts_.top_k_outputs > 0 && ctx_.supports_top_k(true);
 }
 
 Status Scheduler::check_speculative(const SchedulerOptions& opts, Context& target, Context* draft) {
@@ -330,6 +294,8 @@ Status Scheduler::step() {
   const auto t0 = std::chrono::steady_clock::now();
   top_k_ = step_top_k();
   info.top_k = top_k_.k;
+  info.device_draws = static_cast<int32_t>(
+      std::count_if(draws_.begin(), draws_.end(), [](const RowDraw& d) { return d.temperature > 0.f; }));
   if (auto st = ctx_.decode(batch_, OutputKind::kLogits, top_k_); !st) {
     fail_all(st.error());
     return st;
@@ -624,82 +590,6 @@ Status Scheduler::fork_choices(Seq& s) {
   j->reserved_slots.clear();
   j->forked = true;
   return ok_status();
-}
-
-// Rows come back as their top logits when every row that samples can sample from them: the
-// best one when all are greedy without logprobs, else top_k_outputs (two sizes, few graphs).
-OutputTopK Scheduler::step_top_k() const {
-  if (opts_.top_k_outputs <= 0) return {};
-  OutputTopK top{1, false};
-  const int32_t n_vocab = ctx_.model().hparams().n_vocab;
-  for (const Chunk& c : chunks_) {
-    const Seq* s = c.seq;
-    if (c.n_draft > 0 && s->sampler.params().temperature > 0.f) return {};  // (verify: whole rows)
-    if (s->done || (c.n_draft == 0 && s->computed + c.n != static_cast<int64_t>(s->tokens.size()))) continue;
-    if (s->grammar || !s->sampler.samples_from_top(opts_.top_k_outputs, n_vocab)) return {};  // (forks: same params)
-    const SamplerParams& p = s->sampler.params();
-    if (p.temperature > 0.f || p.n_logprobs > 0) top.k = opts_.top_k_outputs;
-    top.log_sum_exp |= p.n_logprobs > 0;
-  }
-  return top;
-}
-
-void Scheduler::presample() {
-  presampled_.clear();
-  presampled_next_ = 0;
-  size_t out = 0;  // the rows as step() walks them
-  for (const Chunk& c : chunks_) {
-    const Seq* s = c.seq;
-    if (c.n_draft > 0) {
-      out += static_cast<size_t>(c.n_draft) + 1;
-      continue;
-    }
-    if (s->computed + c.n != static_cast<int64_t>(s->tokens.size())) continue;
-    const size_t row = out++;
-    // (Forking choices share the row, and a grammar's matcher is not for other threads.)
-    if (s->done || s->grammar || (s->job->req.params.n > 1 && !s->job->forked)) continue;
-    presampled_.push_back({c.seq, row, -1});
-  }
-  int threads = opts_.sampling_threads;
-  if (threads <= 0) threads = static_cast<int>(std::min(8u, std::max(1u, std::thread::hardware_concurrency())));
-  const int64_t floats = static_cast<int64_t>(presampled_.size()) * ctx_.model().hparams().n_vocab;
-  // (Top-k rows are a few candidates each: nothing to share out.)
-  if (threads <= 1 || presampled_.size() < 2 || floats < opts_.parallel_sampling_floats || top_k_.k > 0) {
-    presampled_.clear();
-    return;
-  }
-  if (!sampling_team_ || sampling_team_->size() != threads) sampling_team_ = std::make_unique<ThreadTeam>(threads);
-  std::atomic<size_t> next{0};
-  sampling_team_->run([&](int) {
-    for (size_t i = next++; i < presampled_.size(); i = next++) {
-      Presampled& p = presampled_[i];
-      p.token = p.seq->sampler.sample(ctx_.logits(p.row));
-    }
-  });
-}
-
-void Scheduler::emit_token(Seq& s, size_t row) {
-  int32_t token = -1;
-  if (presampled_next_ < presampled_.size() && presampled_[presampled_next_].seq == &s) {
-    token = presampled_[presampled_next_++].token;
-  } else if (s.done) {
-    return;
-  } else if (top_k_.k > 0) {
-    token = s.sampler.sample_top(ctx_.top_logits(row));
-  } else if (s.grammar) {  // the grammar masks a copy; otherwise the row is read where it is
-    const std::span<const float> logits = ctx_.logits(row);
-    logits_.assign(logits.begin(), logits.end());
-    s.grammar->apply(logits_);
-    token = s.sampler.sample_in_place(logits_);
-  } else {
-    token = s.sampler.sample(ctx_.logits(row));  // (copies only to apply penalties or a logit bias)
-  }
-  if (s.done) return;
-  if (token < 0) {
-    finish(s, FinishReason::kError, "no token is allowed (the grammar and the logit bias exclude them all)");
-    return;
-  }
-  emit(s, token);
 }
 
 bool Scheduler::emit(Seq& s, int32_t token) {

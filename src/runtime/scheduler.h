@@ -113,6 +113,7 @@ struct StepInfo {
   int32_t waiting_prompt_tokens = 0; // uncomputed prompt tokens of admitted sequences, after the step
   bool new_shape = false;       // the first step of this (tokens, outputs) shape: its graph was built
   int32_t top_k = 0;            // the rows came back as their top k logits (0: whole rows)
+  int32_t device_draws = 0;     // ... and this many were drawn there (plain temperature sampling)
   double seconds = 0;           // the model step (graph build, forward pass, logits)
 };
 
@@ -141,7 +142,9 @@ struct SchedulerOptions {
   // Sampler::samples_from_top) have the model's device reduce each row to those (Op::kTopK;
   // to the best one when every row is greedy without logprobs) and bring back only them: at 64
   // sequences of a 128K vocabulary, 33 KB a step instead of 33 MB, sampled in microseconds.
-  // The tokens are the same. 0: always whole rows.
+  // Rows of plain temperature sampling (the OpenAI API's defaults: Sampler::draws_on_device)
+  // are drawn there too (CPU and CUDA backends). The tokens are the same (on a GPU, but for the
+  // rounding of a sum near a draw's boundary). 0: always whole rows.
   int32_t top_k_outputs = 64;
 };
 
@@ -189,7 +192,7 @@ class Scheduler {
   void finish(Seq& s, FinishReason reason, const std::string& error = {});
   // Samples the step's output `row` for `s` (unless presample() did) and emits the token.
   void emit_token(Seq& s, size_t row);
-  OutputTopK step_top_k() const;
+  OutputTopK step_top_k();
   // Samples the rows emit_token() will need, without a grammar, on the sampling team at once.
   void presample();
   bool emit(Seq& s, int32_t token);  // false when the sequence finished
@@ -248,6 +251,8 @@ class Scheduler {
   std::vector<Presampled> presampled_;  // in chunk order; emit_token takes them in turn
   size_t presampled_next_ = 0;
   OutputTopK top_k_;  // what this step's rows came back as
+  std::vector<RowDraw> draws_;  // top_k_.draws: per output row (temperature 0: not drawn)
+  bool draws_supported_ = false;
   std::unique_ptr<ThreadTeam> sampling_team_;  // created by the first step that needs it
   std::set<std::pair<size_t, size_t>> shapes_;  // (tokens, outputs) stepped so far: StepInfo::new_shape
   int32_t admitted_ = 0;                        // by the last admit()

@@ -137,6 +137,18 @@ inline T atomicAdd(T* p, T v) {  // one thread runs at a time
   *p = old + v;
   return old;
 }
+template <class T>
+inline T atomicMax(T* p, T v) {
+  const T old = *p;
+  *p = v > old ? v : old;
+  return old;
+}
+template <class T>
+inline T atomicMin(T* p, T v) {
+  const T old = *p;
+  *p = v < old ? v : old;
+  return old;
+}
 
 // ---- threads, barriers and warps (scheduler.cpp) --------------------------------------------
 namespace kite::cuda::emu {
