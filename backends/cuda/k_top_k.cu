@@ -51,21 +51,15 @@ __device__ unsigned block_sum(unsigned v, unsigned* red) {
   const unsigned lane = threadIdx.x % 32;
   return static_cast<unsigned>(warp_sum_i(lane < blockDim.x / 32 ? static_cast<int>(red[lane]) : 0));
 }
-__device__ float block_sum_f(float v, float* red) {
-  v = warp_sum(v);
+template <bool kMax>  // the block's maximum, or its sum
+__device__ float block_reduce_f(float v, float* red) {
+  v = kMax ? warp_max(v) : warp_sum(v);
   __syncthreads();
   if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = v;
   __syncthreads();
   const unsigned lane = threadIdx.x % 32;
-  return warp_sum(lane < blockDim.x / 32 ? red[lane] : 0.f);
-}
-__device__ float block_max_f(float v, float* red) {
-  v = warp_max(v);
-  __syncthreads();
-  if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = v;
-  __syncthreads();
-  const unsigned lane = threadIdx.x % 32;
-  return warp_max(lane < blockDim.x / 32 ? red[lane] : -INFINITY);
+  const float w = lane < blockDim.x / 32 ? red[lane] : kMax ? -INFINITY : 0.f;
+  return kMax ? warp_max(w) : warp_sum(w);
 }
 
 __device__ __forceinline__ bool better(float va, int ia, float vb, int ib) {
@@ -171,8 +165,8 @@ __global__ void __launch_bounds__(1024) top_k_kernel(Rows dst, Rows src, Rows dr
   }
   float lse = 0.f;
   if (want_lse) {
-    const float mx = block_max_f(m, red_f);
-    const float sum = block_sum_f(m > -INFINITY ? s * expf(m - mx) : 0.f, red_f);
+    const float mx = block_reduce_f<true>(m, red_f);
+    const float sum = block_reduce_f<false>(m > -INFINITY ? s * expf(m - mx) : 0.f, red_f);
     lse = mx > -INFINITY ? mx + logf(sum) : mx;
   }
   const unsigned n_valid = block_sum(valid, red);
