@@ -242,6 +242,16 @@ for m in $models; do
       KITE_CUDA_ATTN_TC=$tc run_step "llama-1b q4_K_M pp2048 KITE_CUDA_ATTN_TC=$tc" 40 "$bin/kite" bench \
         --device "$device" --synthetic llama-1b --type q4_K_M -p 2048 -n 0 -r 2 --json
     done
+    # Sampling on the device (the top_k op: each row's best logits, or a draw from the whole row)
+    # against whole rows of logits sampled on the host, at 64 sequences of a 128K vocabulary:
+    # greedy, then the OpenAI API's default sampling.
+    for sampling in "" --openai-sampling; do
+      for top in 64 0; do
+        run_step "llama-1b q4_K_M x64 ${sampling:-greedy} --top-k-outputs $top" 30 "$bin/kite" bench \
+          --device "$device" --synthetic llama-1b --type q4_K_M --parallel 64 -p 64 -n 32 --top-k-outputs "$top" \
+          $sampling
+      done
+    done
   fi
   first=0
 done

@@ -2,7 +2,7 @@
 // achieved bandwidth of generation against this machine's measured read bandwidth.
 //   kite bench -m MODEL [-p 512] [-n 128] [-r 3] [-t N]
 //   kite bench --synthetic llama-8b --type q4_K_M [--write-gguf OUT.gguf] [--device cuda --bandwidth GBS]
-//   kite bench -m MODEL --parallel 1,4,16 [--text FILE] [--spec ngram | --draft MODEL] [--temp T] [--top-k-outputs N]
+//   kite bench -m MODEL --parallel 1,4,16 [--text FILE] [--spec ngram | --draft MODEL] [--temp T | --openai-sampling] [--top-k-outputs N]
 //   kite bench ... -p 512 -n 128 --and-parallel 1,16,64 [--parallel-prompt 128 --parallel-gen 32]: both
 #include <algorithm>
 #include <chrono>
@@ -43,6 +43,7 @@ struct BenchArgs {
   std::string text;           // batched mode: prompts cut from this text instead of random tokens
   float temperature = 0.f;    // batched mode: sampling temperature (0: greedy)
   int32_t top_k_outputs = 64; // batched mode: rows come back as their top k logits (0: whole rows)
+  bool openai_sampling = false;  // batched mode: temperature 1 over the whole vocabulary
   SpecArgs spec;              // batched mode: speculative decoding
 };
 
@@ -150,6 +151,12 @@ int run_batched(const BenchArgs& a, const std::shared_ptr<const Model>& model, c
         for (auto& t : r.prompt) t = tok(rng);
       }
       r.params.sampling.temperature = a.temperature;
+      if (a.openai_sampling) {  // (what the server samples with when a request sets nothing)
+        r.params.sampling.temperature = 1.f;
+        r.params.sampling.top_k = 0;
+        r.params.sampling.top_p = 1.f;
+        r.params.sampling.min_p = 0.f;
+      }
       r.params.sampling.seed = static_cast<uint64_t>(i) + 1;
       r.params.max_tokens = a.n_gen;
       r.params.ignore_eos = true;
@@ -406,6 +413,9 @@ void register_bench(CLI::App& app, Action* run) {
       ->check(CLI::Range(0, 128));
   cmd->add_option("--temp", a->temperature, "Batched mode: sampling temperature (default 0: greedy)")
       ->check(CLI::NonNegativeNumber);
+  cmd->add_flag("--openai-sampling", a->openai_sampling,
+                "Batched mode: sample as the OpenAI API's defaults do (temperature 1 over the whole vocabulary; "
+                "overrides --temp)");
   add_speculative_flags(cmd, &a->spec);
   cmd->callback([run, a, cmd] {
     *run = [a, cmd] {
