@@ -185,15 +185,17 @@ TEST_CASE("cuda: decode steps replayed as CUDA graphs give the eager steps' logi
     int mismatched = 0;
 #ifdef KITE_CUDA_EMU
     // What a replayed step asks of the host: no allocation, no kernel launched one by one, one
-    // wait (for the logits); op by op, no allocation either once the scratch has grown.
+    // copy of the inputs up, one wait (for the logits); op by op, no allocation either once the
+    // scratch has grown.
     using kite::cuda::emu::counters;
     struct Step {
-      uint64_t mallocs, frees, waits, launches, graphs;
+      uint64_t mallocs, frees, waits, launches, graphs, uploads;
     };
     auto since = [](const kite::cuda::emu::Counters& a) {
       const kite::cuda::emu::Counters b = counters();
-      return Step{b.mallocs - a.mallocs, b.frees - a.frees, b.host_waits - a.host_waits, b.launches - a.launches,
-                  b.graph_launches - a.graph_launches};
+      return Step{b.mallocs - a.mallocs,   b.frees - a.frees,
+                  b.host_waits - a.host_waits, b.launches - a.launches,
+                  b.graph_launches - a.graph_launches, b.uploads - a.uploads};
     };
     int steady_graph_steps = 0, steady_eager_steps = 0;
 #endif
@@ -209,6 +211,7 @@ TEST_CASE("cuda: decode steps replayed as CUDA graphs give the eager steps' logi
         if (!steady) continue;
         CHECK(d.mallocs == 0);
         CHECK(d.frees == 0);
+        CHECK(d.uploads == 1);  // (tokens, positions, slots, ... and the block table: one span)
         if (c == graphs.get()) {
           steady_graph_steps += d.graphs == 1 && d.launches == 0 && d.waits == 1;
         } else {

@@ -281,26 +281,26 @@ Status Context::decode(std::span<const BatchToken> batch, OutputKind kind, Outpu
   if (!top_k.draws.empty() && top_k.draws.size() != static_cast<size_t>(o))
     return make_error("decode: ", top_k.draws.size(), " draws for ", o, " outputs");
   kv_->fill_block_table(table);
-  // Every backend that reads an input gets its own copy of it (every rank's graph too).
+  if (!top_k.draws.empty()) {
+    draw_staging_.resize(4 * top_k.draws.size());
+    for (size_t i = 0; i < top_k.draws.size(); ++i)
+      pack_draw(top_k.draws[i].temperature, top_k.draws[i].u, &draw_staging_[4 * i]);
+  }
+  // Every backend that reads an input gets its own copy of it (every rank's graph too), and a
+  // backend's inputs go up together: the planner places its leaves first, at the start of its
+  // arena (MemoryPlan), so they lie side by side there and one copy carries them (a run per
+  // stretch of them: other leaves, such as split copies' destinations, may lie between).
   const size_t row = n * sizeof(int32_t);
   for (size_t r = 0; r <= step->peers.size(); ++r) {
     Step& rs = r == 0 ? *step : *step->peers[r - 1];
-    auto upload = [&](const Tensor* input, const int32_t* data, size_t bytes) -> Status {
-      for (const auto& [b, t] : rs.split.replicas(input)) KITE_TRY(rs.backends[static_cast<size_t>(b)]->upload(*t, data, bytes));
-      return ok_status();
-    };
-    KITE_TRY(upload(rs.in.tokens, tokens, row));
-    KITE_TRY(upload(rs.in.positions, pos, row));
-    KITE_TRY(upload(rs.in.token_seq, seq, row));
-    KITE_TRY(upload(rs.in.kv_slots, slots, row));
-    KITE_TRY(upload(rs.in.out_rows, out, static_cast<size_t>(o) * sizeof(int32_t)));
-    KITE_TRY(upload(rs.in.block_table, table, rs.in.block_table->nbytes()));
-    if (rs.draws != nullptr) {
-      draw_staging_.resize(4 * top_k.draws.size());
-      for (size_t i = 0; i < top_k.draws.size(); ++i)
-        pack_draw(top_k.draws[i].temperature, top_k.draws[i].u, &draw_staging_[4 * i]);
-      KITE_TRY(upload(rs.draws, draw_staging_.data(), rs.draws->nbytes()));
-    }
+    const UploadPiece inputs[] = {{rs.in.tokens, tokens, row},
+                                  {rs.in.positions, pos, row},
+                                  {rs.in.token_seq, seq, row},
+                                  {rs.in.kv_slots, slots, row},
+                                  {rs.in.out_rows, out, static_cast<size_t>(o) * sizeof(int32_t)},
+                                  {rs.in.block_table, table, rs.in.block_table->nbytes()},
+                                  {rs.draws, draw_staging_.data(), rs.draws ? rs.draws->nbytes() : 0}};
+    for (size_t b = 0; b < rs.backends.size(); ++b) KITE_TRY(upload_inputs(rs, b, inputs));
   }
   Backend& out_be = *step->backends[static_cast<size_t>(step->split.backend_of(step->out))];
   KITE_TRY(compute(*step, &out_be));
@@ -312,6 +312,37 @@ Status Context::decode(std::span<const BatchToken> batch, OutputKind kind, Outpu
   if (kind == OutputKind::kLogits) logits_from_eval_ = false;
   top_k_ = top_k.k;
   top_drawn_ = !top_k.draws.empty();
+  return ok_status();
+}
+
+Status Context::upload_inputs(Step& step, size_t b, std::span<const UploadPiece> inputs) {
+  std::vector<Placed>& at = upload_pieces_;  // where each input's replica on backend b lies
+  at.clear();
+  for (const UploadPiece& in : inputs)
+    if (in.input != nullptr)
+      for (const auto& [rb, t] : step.split.replicas(in.input))
+        if (static_cast<size_t>(rb) == b) at.push_back({static_cast<uint8_t*>(t->data), &in});
+  std::sort(at.begin(), at.end(), [](const Placed& x, const Placed& y) { return x.p < y.p; });
+  constexpr size_t kMaxGap = 4096;  // bytes of other leaves a run carries rather than split
+  for (size_t first = 0; first < at.size();) {
+    size_t last = first;
+    uint8_t* end = at[first].p + at[first].in->bytes;
+    while (last + 1 < at.size() && at[last + 1].p <= end + kMaxGap) {
+      ++last;
+      end = std::max(end, at[last].p + at[last].in->bytes);
+    }
+    upload_image_.assign(static_cast<size_t>(end - at[first].p), 0);
+    for (size_t i = first; i <= last; ++i)
+      std::memcpy(upload_image_.data() + (at[i].p - at[first].p), at[i].in->data, at[i].in->bytes);
+    Tensor run;  // (bytes of the arena)
+    run.type = DType::I8;
+    run.ne = {end - at[first].p, 1, 1, 1};
+    run.nb = contiguous_strides(run.type, run.ne);
+    run.data = at[first].p;
+    run.name = "step inputs";
+    KITE_TRY(step.backends[b]->upload(run, upload_image_.data(), upload_image_.size()));
+    first = last + 1;
+  }
   return ok_status();
 }
 

@@ -127,6 +127,18 @@ class Context {
   Status check_device_memory() const;
   Result<Step*> step_for(int64_t n_tokens, int64_t n_outputs, OutputKind kind, OutputTopK top_k);
   Status dump_op(const Tensor& n, Backend& backend, int step_no);
+  // A step input's host bytes; upload_inputs() sends a step's inputs to backend `b` in as few
+  // copies as their places in its arena allow.
+  struct UploadPiece {
+    const Tensor* input;  // null: the step has no such input
+    const void* data;
+    size_t bytes;
+  };
+  struct Placed {
+    uint8_t* p;
+    const UploadPiece* in;
+  };
+  Status upload_inputs(Step& step, size_t b, std::span<const UploadPiece> inputs);
   // Runs the step's graphs: one, or with tensor parallelism every rank's at once.
   // Runs a step and waits for its backends, except `downloads_next`, whose download right after
   // is the wait (one host round trip a decode step, not two).
@@ -154,6 +166,8 @@ class Context {
   std::vector<float> all_logits_;  // eval(all_logits): every token's logits
   std::vector<int32_t> staging_;   // step inputs, staged on the host (reused: no allocation per token)
   std::vector<int32_t> draw_staging_;
+  std::vector<uint8_t> upload_image_;  // a run of a backend's step inputs, laid out as in its arena
+  std::vector<Placed> upload_pieces_;
   std::vector<int64_t> added_, next_pos_;
   std::vector<BatchToken> eval_batch_;
   size_t n_outputs_ = 0;

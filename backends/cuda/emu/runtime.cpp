@@ -71,7 +71,7 @@ cudaError_t sticky() {
 }
 
 // What the program asked of the runtime (counters(): tests of what a step does).
-std::atomic<uint64_t> g_mallocs{0}, g_frees{0}, g_host_waits{0}, g_graph_launches{0};
+std::atomic<uint64_t> g_mallocs{0}, g_frees{0}, g_host_waits{0}, g_graph_launches{0}, g_uploads{0};
 
 // ---- memory -------------------------------------------------------------------------------
 struct Memory {
@@ -149,7 +149,7 @@ void detail::flush_all() {
 
 Counters counters() {
   return Counters{g_mallocs.load(), g_frees.load(), g_host_waits.load(), detail::g_launches.load(),
-                  g_graph_launches.load()};
+                  g_graph_launches.load(), g_uploads.load()};
 }
 
 // ---- what the launcher and cuBLAS use -----------------------------------------------------
@@ -378,6 +378,7 @@ cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
   if (const cudaError_t e = check_copy(dst, src, bytes, kind); e != cudaSuccess) return e;
   ++g_host_waits;  // (a blocking copy)
+  if (kind == cudaMemcpyHostToDevice) ++g_uploads;
   // (The legacy default stream: it waits for work on blocking streams only, and kite's stream is
   // non-blocking, so nothing queued is run first.)
   flush(legacy_stream());
@@ -387,8 +388,10 @@ cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind 
 
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t s) {
   if (const cudaError_t e = check_copy(dst, src, bytes, kind); e != cudaSuccess) return e;
-  if (kind == cudaMemcpyHostToDevice)
+  if (kind == cudaMemcpyHostToDevice) {
     if (const cudaError_t e = check_capture_copy(resolve(s), src, bytes); e != cudaSuccess) return e;
+    ++g_uploads;
+  }
   if (kind == cudaMemcpyDeviceToHost)
     if (const cudaError_t e = check_capture_copy(resolve(s), dst, bytes); e != cudaSuccess) return e;
   return enqueue(s, [dst, src, bytes] { std::memmove(dst, src, bytes); });

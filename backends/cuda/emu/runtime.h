@@ -129,6 +129,7 @@ struct Counters {
   uint64_t host_waits = 0;      // stream, event and device synchronizations, blocking copies
   uint64_t launches = 0;        // kernels launched from the host (captured ones included)
   uint64_t graph_launches = 0;  // cudaGraphLaunch
+  uint64_t uploads = 0;         // host-to-device copies (cudaMemcpy, cudaMemcpyAsync)
 };
 Counters counters();
 // The order blocks, and threads between barriers, run in: "forward", "reverse", "shuffle" or
