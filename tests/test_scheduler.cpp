@@ -70,6 +70,18 @@ struct Collector {
     };
     return r;
   }
+  // Submits a request to `s` and remembers its choices in submission order (outcomes()).
+  void submit(Scheduler& s, std::vector<int32_t> prompt, const GenerationParams& p) {
+    auto id = s.submit(make(std::move(prompt), p));
+    REQUIRE(id.ok());
+    for (int32_t c = 0; c < p.n; ++c) order.emplace_back(*id, c);
+  }
+  std::vector<Outcome> outcomes() {
+    std::vector<Outcome> out;
+    for (const auto& [id, c] : order) out.push_back(at(id, c));
+    return out;
+  }
+  std::vector<std::pair<uint64_t, int32_t>> order;
 };
 
 GenerationParams greedy(int32_t max_tokens) {
@@ -327,7 +339,6 @@ TEST_CASE("scheduler: rows sampled on several threads give the tokens and logpro
     so.parallel_sampling_floats = 1;  // (the test vocabulary is small: always take the parallel path)
     Scheduler s(*ctx, engine().tok, so);
     Collector col;
-    std::vector<std::pair<uint64_t, int32_t>> keys;
     for (size_t i = 0; i < ps.size(); ++i) {
       GenerationParams p = greedy(20);
       if (i % 2 == 1) {
@@ -339,14 +350,10 @@ TEST_CASE("scheduler: rows sampled on several threads give the tokens and logpro
       if (i == 4) p.sampling.logit_bias = {{ps[4].back(), 5.f}};
       if (i == 5) p.grammar = *g;
       if (i == 7) p.n = 2;
-      auto id = s.submit(col.make(ps[i], p));
-      REQUIRE(id.ok());
-      for (int32_t c = 0; c < p.n; ++c) keys.emplace_back(*id, c);
+      col.submit(s, ps[i], p);
     }
     REQUIRE(s.run_until_idle().ok());
-    std::vector<Outcome> out;
-    for (const auto& [id, c] : keys) out.push_back(col.at(id, c));
-    return out;
+    return col.outcomes();
   };
   const std::vector<Outcome> one = run(1), three = run(3);
   REQUIRE(one.size() == three.size());
@@ -372,7 +379,6 @@ TEST_CASE("scheduler: rows brought back as their top 64 logits, or drawn on the 
     };
     Scheduler s(*ctx, engine().tok, so);
     Collector col;
-    std::vector<std::pair<uint64_t, int32_t>> keys;
     for (size_t i = 0; i < ps.size(); ++i) {
       GenerationParams p = greedy(i == 3 ? 6 : 24);
       if (i % 2 == 1) {  // llama.cpp's sampling defaults (top-k 40), seeded
@@ -387,14 +393,10 @@ TEST_CASE("scheduler: rows brought back as their top 64 logits, or drawn on the 
       }
       if (i == 7) p.n = 2;
       if (i == 3) p.sampling.repeat_penalty = 1.2f;  // whole rows while it runs (6 tokens)
-      auto id = s.submit(col.make(ps[i], p));
-      REQUIRE(id.ok());
-      for (int32_t c = 0; c < p.n; ++c) keys.emplace_back(*id, c);
+      col.submit(s, ps[i], p);
     }
     REQUIRE(s.run_until_idle().ok());
-    std::vector<Outcome> out;
-    for (const auto& [id, c] : keys) out.push_back(col.at(id, c));
-    return out;
+    return col.outcomes();
   };
   std::vector<int32_t> k_top, k_whole;
   const std::vector<Outcome> top = run(64, &k_top), whole = run(0, &k_whole);
