@@ -213,8 +213,11 @@ inline void check_top_k_outputs(const std::string& device) {
   std::vector<RowDraw> draw(3);
   for (int step = 0; step < 5; ++step) {
     for (size_t o = 0; o < draw.size(); ++o) draw[o] = {0.9f, 0.1 + 0.35 * static_cast<double>(o) + 0.02 * step};
-    OutputTopK ask{64, true};
+    OutputTopK ask;
+    ask.k = 64, ask.log_sum_exp = true;
     if (draws) ask.draws = draw;
+    const int32_t whole_rows[] = {0, 2};  // odd steps: these outputs' whole rows come back too
+    if (step % 2 == 1) ask.whole_rows = whole_rows;
     REQUIRE(top->decode(batch, OutputKind::kLogits, ask).ok());
     REQUIRE(whole->decode(batch).ok());
     REQUIRE(top->n_outputs() == whole->n_outputs());
@@ -237,9 +240,13 @@ inline void check_top_k_outputs(const std::string& device) {
       if (draws) {  // the chain's own draw from the whole row with the same uniform (a target at a
                     // boundary could move with the device's summation order: improbable here)
         CHECK(t.drawn == reference_draw(row, 0.9f, draw[o].u));
+        if (t.drawn >= 0) CHECK(t.drawn_logit == row[static_cast<size_t>(t.drawn)]);
       } else {
         CHECK(t.drawn == -1);
       }
+      const bool whole_too = step % 2 == 1 && o != 1;
+      REQUIRE(top->has_logits(o) == whole_too);
+      if (whole_too) CHECK(std::ranges::equal(top->logits(o), row));
       batch.push_back({t.id(0), static_cast<int32_t>(o), true});  // the greedy token goes on
     }
   }

@@ -8,6 +8,7 @@
 
 #include "src/model/model.h"
 #include "src/runtime/context.h"
+#include "tests/gpu_checks.h"
 #include "tests/testdata.h"
 
 using namespace kite;
@@ -97,4 +98,32 @@ TEST_CASE("model: bad token ids and a full context are errors, not crashes") {
   // The context still works after the errors.
   const std::vector<int32_t> ok = {0, 5, 6};
   CHECK((*ctx)->eval(ok).ok());
+}
+
+TEST_CASE("model: steps that bring back each row's top 64 logits (and some whole rows) match whole rows on the CPU") {
+  check_top_k_outputs("cpu");
+  // Whole rows beside the top k must name outputs, in order, and need top-k outputs.
+  const LoadedModel& l = load_model("gguf/llama-draft-Q4_K_M.gguf");
+  auto ctx = make_device_ctx(l, "cpu", 64, 2);
+  const std::vector<BatchToken> batch = {{5, 0, true}, {6, 1, true}};
+  for (const std::vector<int32_t>& rows : {std::vector<int32_t>{1, 0}, {0, 2}, {-1}, {1, 1}}) {
+    OutputTopK ask;
+    ask.k = 8;
+    ask.whole_rows = rows;
+    const Status st = ctx->decode(batch, OutputKind::kLogits, ask);
+    REQUIRE(!st.ok());
+    CHECK(st.error().message.find("whole rows must be ascending outputs") != std::string::npos);
+  }
+  const int32_t one[] = {0};
+  OutputTopK no_k;
+  no_k.whole_rows = one;
+  CHECK(!ctx->decode(batch, OutputKind::kLogits, no_k).ok());
+  OutputTopK ask;
+  ask.k = 8;
+  ask.whole_rows = one;
+  REQUIRE(ctx->decode(batch, OutputKind::kLogits, ask).ok());  // (nothing was appended by the errors)
+  CHECK(ctx->kv().seq_len(0) == 1);
+  CHECK(ctx->has_logits(0));
+  CHECK(!ctx->has_logits(1));
+  CHECK(ctx->top_logits(1).id(0) >= 0);
 }

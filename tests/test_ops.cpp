@@ -701,7 +701,7 @@ static int32_t reference_draw(const float* x, int64_t n, float t, double u, doub
   return static_cast<int32_t>(last);
 }
 
-TEST_CASE("ops: top_k draws a token from the whole row at a temperature with a given uniform") {
+TEST_CASE("ops: top_k draws a token from the whole row at a temperature with a given uniform, and gives its logit") {
   const int64_t n = 5000, rows = 8;
   std::mt19937 g(3);
   std::normal_distribution<float> normal(0.f, 2.f);
@@ -742,8 +742,16 @@ TEST_CASE("ops: top_k draws a token from the whole row at a temperature with a g
         double lo = 0, hi = 0, total = 0;
         const int32_t ref = reference_draw(&x[static_cast<size_t>(r * n)], n, temp[static_cast<size_t>(r)],
                                            us[static_cast<size_t>(r)], &lo, &hi, &total);
-        const auto drawn = static_cast<int32_t>(got[static_cast<size_t>(r * 18 + 17)]);
+        const auto drawn = static_cast<int32_t>(got[static_cast<size_t>(r * 19 + 17)]);
         INFO("row ", r, " reference ", ref, " drawn ", drawn);
+        // With the drawn token's logit (its logprob, whether or not it is among the top k).
+        const float logit = got[static_cast<size_t>(r * 19 + 18)];
+        if (drawn >= 0) {
+          REQUIRE(drawn < n);
+          CHECK(logit == x[static_cast<size_t>(r * n + drawn)]);
+        } else {
+          CHECK(logit == -INFINITY);
+        }
         if (c.cpu || drawn == ref) {  // the CPU sums exactly as the reference does
           CHECK(drawn == ref);
         } else {  // a device sums in another order: only a target at a boundary may move

@@ -517,6 +517,39 @@ TEST_CASE("sampler: sampling from a row's top k gives the whole row's tokens and
   CHECK(s.sample_top(top_of(std::vector<float>(100, -kInf), k).view()) == -1);
 }
 
+TEST_CASE("sampler: a token drawn on the device comes with the logprobs of the whole row") {
+  const int n_vocab = 5000;
+  std::mt19937 g(5);
+  std::normal_distribution<float> normal(0.f, 2.5f);
+  SamplerParams p;  // the OpenAI API's defaults, with logprobs
+  p.temperature = 1.f, p.top_k = 0, p.top_p = 1.f, p.min_p = 0.f, p.n_logprobs = 5, p.seed = 7;
+  Sampler whole(p), device(p);
+  REQUIRE(device.draws_on_device(64, n_vocab));
+  int outside = 0;  // draws of a token past the top 64: its logprob comes from its own logit
+  for (int step = 0; step < 200; ++step) {
+    std::vector<float> x(n_vocab);
+    for (float& e : x) e = normal(g);
+    const int32_t a = whole.sample(x);
+    REQUIRE(a >= 0);
+    (void)device.uniform();  // the one the device's draw took
+    const TopRow t = top_of(x, 64);
+    kite::TopLogits v = t.view();
+    v.drawn = a;  // (what the device draws with that uniform: ops and gpu_checks test it)
+    v.drawn_logit = x[static_cast<size_t>(a)];
+    outside += std::find(t.ids.begin(), t.ids.end(), static_cast<float>(a)) == t.ids.end() ? 1 : 0;
+    REQUIRE(device.take_drawn(v) == a);
+    CHECK(std::abs(whole.chosen_logprob() - device.chosen_logprob()) < 1e-5f);
+    REQUIRE(whole.top_logprobs().size() == device.top_logprobs().size());
+    for (size_t j = 0; j < device.top_logprobs().size(); ++j) {
+      CHECK(whole.top_logprobs()[j].token == device.top_logprobs()[j].token);
+      CHECK(std::abs(whole.top_logprobs()[j].logprob - device.top_logprobs()[j].logprob) < 1e-5f);
+    }
+    whole.accept(a);
+    device.accept(a);
+  }
+  CHECK(outside > 20);
+}
+
 TEST_CASE("sampler: which parameters can sample from a row's top k") {
   auto ok = [](SamplerParams p, int k = 64, int n_vocab = 32000) { return Sampler(p).samples_from_top(k, n_vocab); };
   SamplerParams p;  // llama.cpp's defaults: top-k 40
@@ -537,7 +570,7 @@ TEST_CASE("sampler: which parameters can sample from a row's top k") {
   p.logit_bias = {{5, 1.f}};
   CHECK_FALSE(ok(p));
   // Plain temperature sampling over the whole row is drawn on the device instead.
-  auto draws = [](SamplerParams q, int n_vocab = 32000) { return Sampler(q).draws_on_device(n_vocab); };
+  auto draws = [](SamplerParams q, int n_vocab = 32000) { return Sampler(q).draws_on_device(64, n_vocab); };
   SamplerParams plain;
   plain.temperature = 1.f, plain.top_k = 0, plain.top_p = 1.f, plain.min_p = 0.f;
   CHECK(draws(plain));
@@ -546,10 +579,13 @@ TEST_CASE("sampler: which parameters can sample from a row's top k") {
   plain.top_k = 32000;  // (a top-k of the whole vocabulary filters nothing)
   CHECK(draws(plain));
   plain.top_k = 0;
+  plain.n_logprobs = 64;  // (logprobs from the top 64, the log-sum-exp and the drawn token's logit)
+  CHECK(draws(plain));
+  plain.n_logprobs = 0;
   for (auto change : std::vector<std::function<void(SamplerParams&)>>{
            [](SamplerParams& q) { q.temperature = 0.f; }, [](SamplerParams& q) { q.top_p = 0.9f; },
            [](SamplerParams& q) { q.min_p = 0.05f; }, [](SamplerParams& q) { q.typical_p = 0.5f; },
-           [](SamplerParams& q) { q.n_logprobs = 1; }, [](SamplerParams& q) { q.presence_penalty = 0.5f; },
+           [](SamplerParams& q) { q.n_logprobs = 65; }, [](SamplerParams& q) { q.presence_penalty = 0.5f; },
            [](SamplerParams& q) { q.logit_bias = {{1, -1.f}}; }, [](SamplerParams& q) { q.top_k = 40; }}) {
     SamplerParams q = plain;
     change(q);

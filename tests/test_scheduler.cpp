@@ -337,6 +337,7 @@ TEST_CASE("scheduler: rows sampled on several threads give the tokens and logpro
     SchedulerOptions so;
     so.sampling_threads = threads;
     so.parallel_sampling_floats = 1;  // (the test vocabulary is small: always take the parallel path)
+    so.top_k_outputs = 0;             // (whole rows: top-k rows are not shared out)
     Scheduler s(*ctx, engine().tok, so);
     Collector col;
     for (size_t i = 0; i < ps.size(); ++i) {
@@ -367,14 +368,18 @@ TEST_CASE("scheduler: rows sampled on several threads give the tokens and logpro
 }
 
 TEST_CASE("scheduler: rows brought back as their top 64 logits, or drawn on the device, give the tokens of whole rows") {
-  const auto ps = prompts(10);
+  // Beside them, rows that need their whole logits (penalties, a grammar, a prompt about to fork
+  // into choices that draw) come back whole in the same steps.
+  auto g = Grammar::from_json_schema(R"({"type":"object","properties":{"n":{"type":"integer"}},"required":["n"]})");
+  REQUIRE(g.ok());
+  const auto ps = prompts(12);
   int device_draws = 0;
-  auto run = [&](int32_t top_k_outputs, std::vector<int32_t>* step_k) {
+  auto run = [&](int32_t top_k_outputs, std::vector<StepInfo>* steps) {
     auto ctx = make_context(16);
     SchedulerOptions so;
     so.top_k_outputs = top_k_outputs;
     so.on_step = [&](const StepInfo& info) {
-      step_k->push_back(info.top_k);
+      steps->push_back(info);
       device_draws += info.device_draws;
     };
     Scheduler s(*ctx, engine().tok, so);
@@ -386,20 +391,22 @@ TEST_CASE("scheduler: rows brought back as their top 64 logits, or drawn on the 
         p.sampling.seed = i;
       }
       if (i == 2 || i == 5) p.sampling.n_logprobs = 4;
-      if (i == 6 || i == 9) {  // the OpenAI API's defaults: temperature 1 over the whole row (drawn there)
+      if (i == 6 || i == 9 || i == 11) {  // the OpenAI API's defaults: temperature 1 over the whole row (drawn there)
         p.sampling = SamplerParams{};
         p.sampling.temperature = 1.f, p.sampling.top_k = 0, p.sampling.top_p = 1.f, p.sampling.min_p = 0.f;
         p.sampling.seed = 100 + i;
       }
-      if (i == 7) p.n = 2;
-      if (i == 3) p.sampling.repeat_penalty = 1.2f;  // whole rows while it runs (6 tokens)
+      if (i == 7 || i == 11) p.n = 2;
+      if (i == 9) p.sampling.n_logprobs = 3;  // (drawn there too, with logprobs)
+      if (i == 3) p.sampling.repeat_penalty = 1.2f;
+      if (i == 10) p.grammar = *g;
       col.submit(s, ps[i], p);
     }
     REQUIRE(s.run_until_idle().ok());
     return col.outcomes();
   };
-  std::vector<int32_t> k_top, k_whole;
-  const std::vector<Outcome> top = run(64, &k_top), whole = run(0, &k_whole);
+  std::vector<StepInfo> top_steps, whole_steps;
+  const std::vector<Outcome> top = run(64, &top_steps), whole = run(0, &whole_steps);
   REQUIRE(top.size() == whole.size());
   for (size_t i = 0; i < top.size(); ++i) {
     INFO("request ", i);
@@ -410,12 +417,16 @@ TEST_CASE("scheduler: rows brought back as their top 64 logits, or drawn on the 
     REQUIRE(top[i].logprobs.size() == whole[i].logprobs.size());
     for (size_t j = 0; j < top[i].logprobs.size(); ++j) CHECK(std::abs(top[i].logprobs[j] - whole[i].logprobs[j]) < 1e-4f);
   }
-  // Both kinds of step happened (whole rows while the penalized request ran), and none without;
-  // the plain-temperature requests' tokens were drawn on the device once it had finished.
-  CHECK(std::count(k_top.begin(), k_top.end(), 64) > 10);  // (1 when every row is greedy, without logprobs)
+  // Top-64 steps (1 when every row is greedy, without logprobs) with whole rows beside them
+  // while the penalized and grammar requests ran, and the plain-temperature requests' tokens
+  // drawn on the device; none of that without top-k outputs.
+  auto count = [](const std::vector<StepInfo>& steps, auto pred) { return std::count_if(steps.begin(), steps.end(), pred); };
+  CHECK(count(top_steps, [](const StepInfo& i) { return i.top_k == 64; }) > 10);
+  CHECK(count(top_steps, [](const StepInfo& i) { return i.top_k == 64 && i.whole_rows > 0; }) > 5);
+  CHECK(count(top_steps, [](const StepInfo& i) { return i.whole_rows > 0 && 2 * i.whole_rows < i.decode_rows; }) > 5);
   CHECK(device_draws > 5);
-  CHECK(std::count(k_top.begin(), k_top.end(), 0) > 0);
-  CHECK(std::count(k_whole.begin(), k_whole.end(), 0) == static_cast<std::ptrdiff_t>(k_whole.size()));
+  CHECK(count(whole_steps, [](const StepInfo& i) { return i.top_k == 0 && i.whole_rows == 0; }) ==
+        static_cast<std::ptrdiff_t>(whole_steps.size()));
 }
 
 TEST_CASE("scheduler: forks, cancellations and preemption together leave nothing behind") {

@@ -516,6 +516,47 @@ void chi_square(const std::vector<TokenProb>& p, const std::map<int32_t, int64_t
 
 }  // namespace
 
+TEST_CASE("speculative: sampled proposals verified from each row's top 64 logits give the tokens of whole rows") {
+  // llama.cpp's sampling defaults (top-k 40: the rows' top 64 hold the whole distribution),
+  // seeded, with logprobs; proposals from a draft model and from n-gram lookup.
+  const auto ps = prompts(6);
+  GenerationParams gp;
+  gp.sampling.n_logprobs = 2;
+  gp.max_tokens = 32;
+  gp.ignore_eos = true;
+  auto target = make_context(engine().target, 6);
+  auto draft = make_context(engine().draft, 6);
+  for (SpecMode mode : {SpecMode::kDraft, SpecMode::kNgram}) {
+    CAPTURE(spec_mode_name(mode));
+    SchedulerOptions so;
+    so.speculative.mode = mode;
+    so.speculative.adaptive = false;
+    so.speculative.p_min = 0.f;
+    int top_steps = 0, other_steps = 0;  // steps with proposals
+    so.on_step = [&](const StepInfo& info) {
+      if (info.drafted == 0) return;
+      (info.top_k == 64 && info.whole_rows == 0 ? top_steps : other_steps) += 1;
+    };
+    Context* d = mode == SpecMode::kDraft ? draft.get() : nullptr;
+    const Run top = run_all(*target, d, ps, so, gp);
+    CHECK(top_steps > 0);
+    CHECK(other_steps == 0);
+    SchedulerOptions whole_rows = so;
+    whole_rows.top_k_outputs = 0;
+    whole_rows.on_step = nullptr;
+    const Run whole = run_all(*target, d, ps, whole_rows, gp);
+    for (size_t i = 0; i < ps.size(); ++i) {
+      INFO("prompt ", i);
+      CHECK(top.tokens[i] == whole.tokens[i]);
+      REQUIRE(top.logprobs[i].size() == whole.logprobs[i].size());
+      for (size_t j = 0; j < top.logprobs[i].size(); ++j) CHECK(std::abs(top.logprobs[i][j] - whole.logprobs[i][j]) < 1e-4f);
+    }
+    CHECK(top.stats.drafted > 0);
+    CHECK(top.stats.accepted < top.stats.drafted);
+    CHECK(top.stats.drafted == whole.stats.drafted);
+  }
+}
+
 TEST_CASE("speculative: sampled tokens follow the target's distribution (chi-square, draft model proposals)") {
   // n choices of one prompt at temperature 1.5 over the whole vocabulary. The first token is
   // sampled in the prompt step (no speculation); the second is where the draft's proposal is

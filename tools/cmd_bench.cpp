@@ -2,7 +2,7 @@
 // achieved bandwidth of generation against this machine's measured read bandwidth.
 //   kite bench -m MODEL [-p 512] [-n 128] [-r 3] [-t N]
 //   kite bench --synthetic llama-8b --type q4_K_M [--write-gguf OUT.gguf] [--device cuda --bandwidth GBS]
-//   kite bench -m MODEL --parallel 1,4,16 [--text FILE] [--spec ngram | --draft MODEL] [--temp T | --openai-sampling] [--top-k-outputs N]
+//   kite bench -m MODEL --parallel 1,4,16 [--text FILE] [--spec ngram | --draft MODEL] [--temp T | --openai-sampling] [--logprobs N] [--top-k-outputs N]
 //   kite bench ... -p 512 -n 128 --and-parallel 1,16,64 [--parallel-prompt 128 --parallel-gen 32]: both
 #include <algorithm>
 #include <chrono>
@@ -44,6 +44,7 @@ struct BenchArgs {
   float temperature = 0.f;    // batched mode: sampling temperature (0: greedy)
   int32_t top_k_outputs = 64; // batched mode: rows come back as their top k logits (0: whole rows)
   bool openai_sampling = false;  // batched mode: temperature 1 over the whole vocabulary
+  int32_t logprobs = 0;          // batched mode: the top N logprobs of each token
   SpecArgs spec;              // batched mode: speculative decoding
 };
 
@@ -157,6 +158,7 @@ int run_batched(const BenchArgs& a, const std::shared_ptr<const Model>& model, c
         r.params.sampling.top_p = 1.f;
         r.params.sampling.min_p = 0.f;
       }
+      r.params.sampling.n_logprobs = a.logprobs;
       r.params.sampling.seed = static_cast<uint64_t>(i) + 1;
       r.params.max_tokens = a.n_gen;
       r.params.ignore_eos = true;
@@ -416,6 +418,9 @@ void register_bench(CLI::App& app, Action* run) {
   cmd->add_flag("--openai-sampling", a->openai_sampling,
                 "Batched mode: sample as the OpenAI API's defaults do (temperature 1 over the whole vocabulary; "
                 "overrides --temp)");
+  cmd->add_option("--logprobs", a->logprobs,
+                  "Batched mode: each token's top N logprobs, as the OpenAI API's logprobs/top_logprobs ask (default 0)")
+      ->check(CLI::Range(0, 20));
   add_speculative_flags(cmd, &a->spec);
   cmd->callback([run, a, cmd] {
     *run = [a, cmd] {

@@ -158,7 +158,9 @@ void op_top_k(Tensor* dst, const KernelCtx& c) {
       double u;
       unpack_draw(reinterpret_cast<const int32_t*>(d->row_ptr(r)), &t, &u);
       const float m = heap.empty() ? -std::numeric_limits<float>::infinity() : heap.front().v;
-      out[2 * k + 1] = static_cast<float>(draw_token(x, n, m, t, u, *c.scratch));
+      const int32_t drawn = draw_token(x, n, m, t, u, *c.scratch);
+      out[2 * k + 1] = static_cast<float>(drawn);
+      out[2 * k + 2] = drawn >= 0 ? x[drawn] : -std::numeric_limits<float>::infinity();
     }
   }
 }

@@ -76,7 +76,7 @@ __device__ void draw_token(const float* x, int64_t n, float m, const int32_t* dr
   const float t = __int_as_float(draw[0]);
   const double u = *reinterpret_cast<const double*>(draw + 2);
   if (!(t > 0.f) || !(m > -INFINITY)) {  // (uniform across the block)
-    if (tid == 0) *out = -1.f;
+    if (tid == 0) out[0] = -1.f, out[1] = -INFINITY;
     return;
   }
   const float inv_t = 1.f / t;
@@ -124,7 +124,11 @@ __device__ void draw_token(const float* x, int64_t n, float m, const int32_t* dr
     atomicMin(&flags[0], hit);
   }
   __syncthreads();
-  if (tid == 0) *out = static_cast<float>(flags[0] != 0x7fffffff ? flags[0] : flags[1]);
+  if (tid == 0) {  // the token and its logit
+    const int drawn = flags[0] != 0x7fffffff ? flags[0] : flags[1];
+    out[0] = static_cast<float>(drawn);
+    out[1] = x[drawn];
+  }
 }
 
 __global__ void __launch_bounds__(1024) top_k_kernel(Rows dst, Rows src, Rows draw, int64_t n, int k, int want_lse) {

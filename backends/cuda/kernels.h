@@ -60,7 +60,7 @@ cudaError_t launch_convert_rows(int src_type, Rows src, int dst_type, Rows dst, 
                                 int64_t ne0, int64_t n_rows, cudaStream_t s);
 
 // ---- top_k (k_top_k.cu) ----------------------------------------------------------------
-// Row r of `src` (F32, ne0 contiguous floats) -> row r of `dst` (F32 [2k + 1 (+ 1)]):
+// Row r of `src` (F32, ne0 contiguous floats) -> row r of `dst` (F32 [2k + 1 (+ 2)]):
 // Graph::top_k (k in 1..128); draw.p null, or row r of I32 [4, rows] draw words.
 cudaError_t launch_top_k(Rows dst, Rows src, Rows draw, int64_t ne0, int64_t n_rows, int k, bool log_sum_exp,
                          cudaStream_t s);

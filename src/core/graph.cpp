@@ -144,7 +144,7 @@ Tensor* Graph::all_reduce(Tensor* a) {
 Tensor* Graph::top_k(Tensor* a, int32_t k, bool log_sum_exp, Tensor* draw) {
   assert(a->type == DType::F32 && k >= 1 && k <= kMaxTopK && a->ne[0] < (int64_t{1} << 24));
   assert(draw == nullptr || (draw->type == DType::I32 && draw->ne[0] == 4 && draw->n_rows() == a->n_rows()));
-  Tensor* t = make(DType::F32, {2 * int64_t{k} + 1 + (draw ? 1 : 0), a->n_rows()}, Op::kTopK, "top_k");
+  Tensor* t = make(DType::F32, {2 * int64_t{k} + 1 + (draw ? 2 : 0), a->n_rows()}, Op::kTopK, "top_k");
   t->src[0] = a;
   t->src[1] = draw;
   t->params.i[0] = k;

@@ -79,11 +79,12 @@ class Graph {
   // largest first (equal values: the lower index first); then their indices, as exact floats
   // (n < 2^24); then, when `log_sum_exp`, log(sum(exp(a))) over the row (else 0). NaN and -inf
   // entries are never candidates: a row with fewer than k others pads with value -inf, index -1.
-  // With `draw` one more entry: the token drawn from the whole row at a temperature T with a
+  // With `draw` two more entries: the token drawn from the whole row at a temperature T with a
   // uniform u in [0, 1), as Sampler's chain draws with every filter off — w_i = exp((a_i - max)
   // * (1 / T)) in float for the allowed entries, the first index whose running sum (in double,
   // in index order) exceeds u * sum(w), else the last allowed one; -1 when T <= 0 or nothing is
-  // allowed. `draw` is I32 [4, rows] of raw words (pack_draw): T's float bits, 0, u's double bits.
+  // allowed — and its value in `a` (-inf without a token: its logprob, found outside the k too).
+  // `draw` is I32 [4, rows] of raw words (pack_draw): T's float bits, 0, u's double bits.
   Tensor* top_k(Tensor* a, int32_t k, bool log_sum_exp, Tensor* draw = nullptr);
 
   // Nodes made from now on are tagged with `layer` (Tensor::layer), so a graph can be split

@@ -36,7 +36,7 @@ enum class Op : uint8_t {
   kAttention,  // see attention_params; reads K/V through the block table, never a contiguous copy
   kCopy,       // src0 converted to this tensor's type (same element count, contiguous)
   kAllReduce,  // F32 src0 summed over the ranks of a tensor-parallel group (src/core/comm.h)
-  kTopK,       // F32 src0 [n, rows] -> F32 [2k + 1 (+ 1), rows]: each row's k largest (Graph::top_k)
+  kTopK,       // F32 src0 [n, rows] -> F32 [2k + 1 (+ 2), rows]: each row's k largest (Graph::top_k)
 };
 
 const char* op_name(Op op);

@@ -1,6 +1,7 @@
 #include "src/runtime/context.h"
 
 #include <algorithm>
+#include <cassert>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -15,6 +16,8 @@ struct Context::Step {
   SplitGraph split;                // backends of the nodes, copies at the boundaries, memory plans
   std::vector<std::unique_ptr<Step>> peers;  // tensor parallelism: ranks 1.. (this step is rank 0)
   Tensor* draws = nullptr;         // I32 [4, n_outputs]: RowDraws, packed (top-k steps that draw)
+  Tensor* whole_ids = nullptr;     // I32 [n_whole]: OutputTopK::whole_rows
+  Tensor* whole = nullptr;         // F32 [n_vocab, n_whole]: those outputs' logits
 };
 
 namespace {
@@ -171,7 +174,8 @@ Status Context::check_device_memory() const {
 }
 
 Result<Context::Step*> Context::step_for(int64_t n_tokens, int64_t n_outputs, OutputKind kind, OutputTopK top_k) {
-  auto key = std::make_tuple(n_tokens, n_outputs, kind, top_k.k, top_k.log_sum_exp, !top_k.draws.empty());
+  const int64_t n_whole = top_k.k > 0 ? static_cast<int64_t>(top_k.whole_rows.size()) : 0;
+  auto key = std::make_tuple(n_tokens, n_outputs, kind, top_k.k, top_k.log_sum_exp, !top_k.draws.empty(), n_whole);
   auto it = steps_.find(key);
   last_built_graph_ = it == steps_.end();
   const int32_t world = std::max(opts_.tensor_parallel, 1);
@@ -193,9 +197,15 @@ Result<Context::Step*> Context::step_for(int64_t n_tokens, int64_t n_outputs, Ou
                                      TpRank{r, world});
       if (r == 0 && top_k.k > 0) {  // (with the output head: on the backend that computed the logits)
         g.set_layer(static_cast<int32_t>(model_->hparams().n_layer));
+        Tensor* logits = s->out;
         if (!top_k.draws.empty()) s->draws = g.input(DType::I32, {4, n_outputs}, "draws");
-        s->out = g.top_k(s->out, top_k.k, top_k.log_sum_exp, s->draws);
+        s->out = g.top_k(logits, top_k.k, top_k.log_sum_exp, s->draws);
         g.build(s->out);
+        if (n_whole > 0) {  // (gathered into one tensor: one download)
+          s->whole_ids = g.input(DType::I32, {n_whole}, "whole_rows");
+          s->whole = g.get_rows(logits, s->whole_ids);
+          g.build(s->whole);
+        }
       }
       if (world > 1) s->backends = {backend_ptrs_[static_cast<size_t>(r)]};
       else s->backends = backend_ptrs_;
@@ -252,6 +262,14 @@ Status Context::decode(std::span<const BatchToken> batch, OutputKind kind, Outpu
     n_out += t.logits ? 1 : 0;
   }
   if (n_out == 0) n_out = 1;  // the graph always ends in an output; keep the last token's
+  if (!top_k.draws.empty() && top_k.draws.size() != static_cast<size_t>(n_out))
+    return make_error("decode: ", top_k.draws.size(), " draws for ", n_out, " outputs");
+  if (!top_k.whole_rows.empty()) {
+    if (top_k.k == 0) return make_error("decode: whole rows are asked for beside top-k outputs, without top_k.k");
+    for (size_t i = 0; i < top_k.whole_rows.size(); ++i)
+      if (top_k.whole_rows[i] < 0 || top_k.whole_rows[i] >= n_out || (i > 0 && top_k.whole_rows[i] <= top_k.whole_rows[i - 1]))
+        return make_error("decode: whole rows must be ascending outputs in [0, ", n_out, "), got ", top_k.whole_rows[i]);
+  }
   for (int32_t s = 0; s < kv_->n_seqs(); ++s)
     if (added[static_cast<size_t>(s)] > 0) KITE_TRY(kv_->reserve(s, added[static_cast<size_t>(s)]));
 
@@ -278,8 +296,6 @@ Status Context::decode(std::span<const BatchToken> batch, OutputKind kind, Outpu
     if (t.logits) out[o++] = static_cast<int32_t>(i);
   }
   if (o == 0) out[o++] = static_cast<int32_t>(n - 1);
-  if (!top_k.draws.empty() && top_k.draws.size() != static_cast<size_t>(o))
-    return make_error("decode: ", top_k.draws.size(), " draws for ", o, " outputs");
   kv_->fill_block_table(table);
   if (!top_k.draws.empty()) {
     draw_staging_.resize(4 * top_k.draws.size());
@@ -299,7 +315,8 @@ Status Context::decode(std::span<const BatchToken> batch, OutputKind kind, Outpu
                                   {rs.in.kv_slots, slots, row},
                                   {rs.in.out_rows, out, static_cast<size_t>(o) * sizeof(int32_t)},
                                   {rs.in.block_table, table, rs.in.block_table->nbytes()},
-                                  {rs.draws, draw_staging_.data(), rs.draws ? rs.draws->nbytes() : 0}};
+                                  {rs.draws, draw_staging_.data(), rs.draws ? rs.draws->nbytes() : 0},
+                                  {rs.whole_ids, top_k.whole_rows.data(), top_k.whole_rows.size_bytes()}};
     for (size_t b = 0; b < rs.backends.size(); ++b) KITE_TRY(upload_inputs(rs, b, inputs));
   }
   Backend& out_be = *step->backends[static_cast<size_t>(step->split.backend_of(step->out))];
@@ -308,6 +325,13 @@ Status Context::decode(std::span<const BatchToken> batch, OutputKind kind, Outpu
   std::vector<float>& dst = kind == OutputKind::kHidden ? hidden_ : top_k.k > 0 ? top_ : logits_;
   dst.resize(n_outputs_ * static_cast<size_t>(step->out->ne[0]));
   KITE_TRY(out_be.download(*step->out, dst.data(), dst.size() * sizeof(float)));
+  logits_row_.clear();
+  if (step->whole != nullptr) {  // (on out_be too: the output head's backend)
+    logits_.resize(top_k.whole_rows.size() * static_cast<size_t>(hp.n_vocab));
+    KITE_TRY(out_be.download(*step->whole, logits_.data(), logits_.size() * sizeof(float)));
+    logits_row_.assign(n_outputs_, -1);
+    for (size_t i = 0; i < top_k.whole_rows.size(); ++i) logits_row_[static_cast<size_t>(top_k.whole_rows[i])] = static_cast<int32_t>(i);
+  }
   for (const BatchToken& t : batch) kv_->advance(t.seq, std::span<const int32_t>(&t.token, 1));
   if (kind == OutputKind::kLogits) logits_from_eval_ = false;
   top_k_ = top_k.k;
@@ -425,14 +449,24 @@ Status Context::dump_op(const Tensor& t, Backend& backend, int step_no) {
 
 std::span<const float> Context::logits(size_t i) const {
   const size_t nv = static_cast<size_t>(model_->hparams().n_vocab);
-  const std::vector<float>& src = logits_from_eval_ ? all_logits_ : logits_;
-  return {src.data() + i * nv, nv};
+  if (logits_from_eval_) return {all_logits_.data() + i * nv, nv};
+  if (top_k_ > 0) {
+    assert(has_logits(i));
+    i = static_cast<size_t>(logits_row_[i]);
+  }
+  return {logits_.data() + i * nv, nv};
+}
+
+bool Context::has_logits(size_t i) const {
+  if (logits_from_eval_ || top_k_ == 0) return i < n_outputs_;
+  return i < logits_row_.size() && logits_row_[i] >= 0;
 }
 
 TopLogits Context::top_logits(size_t i) const {
-  const size_t k = static_cast<size_t>(top_k_), row = 2 * k + 1 + (top_drawn_ ? 1 : 0);
+  const size_t k = static_cast<size_t>(top_k_), row = 2 * k + 1 + (top_drawn_ ? 2 : 0);
   const std::span<const float> r(top_.data() + i * row, row);
-  return {r.first(k), r.subspan(k, k), r[2 * k], top_drawn_ ? static_cast<int32_t>(r[2 * k + 1]) : -1};
+  if (!top_drawn_) return {r.first(k), r.subspan(k, k), r[2 * k]};
+  return {r.first(k), r.subspan(k, k), r[2 * k], static_cast<int32_t>(r[2 * k + 1]), r[2 * k + 2]};
 }
 
 bool Context::supports_top_k(bool draw) const {

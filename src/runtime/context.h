@@ -77,6 +77,10 @@ struct OutputTopK {
   // Also a token drawn from each output's whole row on the device (one per output, in order;
   // TopLogits::drawn), or none when empty. Needs supports_top_k(true).
   std::span<const RowDraw> draws;
+  // Outputs (ascending indices) whose whole rows come back as well, for logits(i): the rows a
+  // grammar, a penalty or a sampled proposal's verification reads, in a step whose other rows
+  // need only their top k. Every other row stays on the device.
+  std::span<const int32_t> whole_rows;
 };
 
 class Context {
@@ -90,8 +94,10 @@ class Context {
   // With top_k.k > 0 (kLogits only) the step keeps each output's top_k.k best logits instead.
   // On error nothing is appended to any sequence.
   Status decode(std::span<const BatchToken> batch, OutputKind kind = OutputKind::kLogits, OutputTopK top_k = {});
-  // Valid after a kLogits step without top_k (or eval()): n_vocab floats.
+  // Valid after a kLogits step without top_k (or eval()), or for top_k.whole_rows: n_vocab floats.
   std::span<const float> logits(size_t i) const;
+  // Whether logits(i) is valid: after a kLogits step, without top_k or for its whole_rows.
+  bool has_logits(size_t i) const;
   // Valid after a step with top_k.k > 0.
   TopLogits top_logits(size_t i) const;
   // Whether steps can reduce their logits to the top k (and draw from them: `draw`) on the
@@ -152,17 +158,18 @@ class Context {
   std::vector<Backend*> backend_ptrs_;
   std::function<int(int32_t layer)> placement_;
   std::unique_ptr<KvCache> kv_;
-  // (tokens, outputs, kind, top k, with log-sum-exp, with draws)
-  std::map<std::tuple<int64_t, int64_t, OutputKind, int32_t, bool, bool>, std::unique_ptr<Step>> steps_;
+  // (tokens, outputs, kind, top k, with log-sum-exp, with draws, whole rows beside the top k)
+  std::map<std::tuple<int64_t, int64_t, OutputKind, int32_t, bool, bool, int64_t>, std::unique_ptr<Step>> steps_;
   std::vector<std::unique_ptr<Buffer>> arenas_;  // per backend, sized to the largest plan
   std::vector<std::vector<uint8_t>> copy_staging_;  // per rank: device-to-device copies
   SplitStats split_stats_;
   int last_splits_ = 0, last_copies_ = 0;
   std::vector<float> logits_;
   std::vector<float> hidden_;      // kHidden steps: n_outputs x n_embd
-  std::vector<float> top_;         // top-k steps: n_outputs x (2k + 1 (+ 1 with draws))
+  std::vector<float> top_;         // top-k steps: n_outputs x (2k + 1 (+ 2 with draws))
   int32_t top_k_ = 0;              // of the last step
   bool top_drawn_ = false;         // the last step drew tokens
+  std::vector<int32_t> logits_row_;  // top-k steps: output -> its row in logits_ (-1: none)
   std::vector<float> all_logits_;  // eval(all_logits): every token's logits
   std::vector<int32_t> staging_;   // step inputs, staged on the host (reused: no allocation per token)
   std::vector<int32_t> draw_staging_;

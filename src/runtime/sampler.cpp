@@ -331,22 +331,33 @@ bool Sampler::samples_from_top(int32_t k, int32_t n_vocab) const {
   return params_.temperature <= 0.f || (params_.top_k > 0 && params_.top_k <= k && params_.top_k < n_vocab);
 }
 
-bool Sampler::draws_on_device(int32_t n_vocab) const {
+bool Sampler::draws_on_device(int32_t k, int32_t n_vocab) const {
   const SamplerParams& p = params_;
   return p.temperature > 0.f && (p.top_k <= 0 || p.top_k >= n_vocab) && p.top_p >= 1.f && p.min_p <= 0.f &&
-         p.typical_p >= 1.f && p.n_logprobs == 0 && !penalties_active() && p.logit_bias.empty();
+         p.typical_p >= 1.f && p.n_logprobs <= k && !penalties_active() && p.logit_bias.empty();
+}
+
+void Sampler::logprobs_from_top(const TopLogits& top, size_t n) {
+  log_z_ = n == 0 ? std::numeric_limits<double>::infinity() : static_cast<double>(top.log_sum_exp);
+  for (size_t j = 0; j < std::min(n, static_cast<size_t>(params_.n_logprobs)); ++j)
+    top_logprobs_.push_back({top.id(j), static_cast<float>(top.logits[j] - log_z_)});
+}
+
+int32_t Sampler::take_drawn(const TopLogits& top) {
+  top_logprobs_.clear();
+  chosen_logprob_ = kNaN;
+  if (params_.n_logprobs > 0 && top.drawn >= 0) {
+    logprobs_from_top(top, top.n_candidates());
+    chosen_logprob_ = static_cast<float>(top.drawn_logit - log_z_);
+  }
+  return top.drawn;
 }
 
 int32_t Sampler::sample_top(const TopLogits& top) {
   top_logprobs_.clear();
   chosen_logprob_ = kNaN;
-  size_t n = 0;  // the row's candidates (its allowed tokens, when fewer than k)
-  while (n < top.size() && top.id(n) >= 0) ++n;
-  if (params_.n_logprobs > 0) {  // as compute_logprobs() does from the whole row
-    log_z_ = n == 0 ? std::numeric_limits<double>::infinity() : static_cast<double>(top.log_sum_exp);
-    for (size_t j = 0; j < std::min(n, static_cast<size_t>(params_.n_logprobs)); ++j)
-      top_logprobs_.push_back({top.id(j), static_cast<float>(top.logits[j] - log_z_)});
-  }
+  const size_t n = top.n_candidates();
+  if (params_.n_logprobs > 0) logprobs_from_top(top, n);  // as compute_logprobs() does from the whole row
   int32_t token = -1;
   float logit = 0.f;
   if (params_.temperature > 0.f) {  // the chain's top-k branch, over the same candidates
@@ -376,7 +387,32 @@ bool Sampler::distribution_in_place(std::span<float> logits, std::vector<TokenPr
     out.push_back({t, 1.f});
     return true;
   }
-  const float max_logit = filter_candidates(logits);
+  return candidate_distribution(filter_candidates(logits), out);
+}
+
+bool Sampler::distribution_from_top(const TopLogits& top, std::vector<TokenProb>& out) {
+  out.clear();
+  top_logprobs_.clear();
+  chosen_logprob_ = kNaN;
+  const size_t n = top.n_candidates();
+  if (params_.n_logprobs > 0) logprobs_from_top(top, n);
+  if (n == 0) return false;
+  if (params_.temperature <= 0.f) {
+    out.push_back({top.id(0), 1.f});
+    return true;
+  }
+  cand_.clear();  // the chain's top-k branch, over the same candidates (as sample_top())
+  for (size_t j = 0; j < std::min(n, static_cast<size_t>(params_.top_k)); ++j) cand_.emplace_back(top.logits[j], top.id(j));
+  return candidate_distribution(filter_top_k(), out);
+}
+
+void Sampler::set_chosen(int32_t token, const TopLogits& top) {
+  if (params_.n_logprobs <= 0) return;
+  for (size_t j = 0; j < top.size(); ++j)
+    if (top.id(j) == token) chosen_logprob_ = static_cast<float>(top.logits[j] - log_z_);
+}
+
+bool Sampler::candidate_distribution(float max_logit, std::vector<TokenProb>& out) {
   if (max_logit == kNegInf) return false;
   // The same arithmetic as sample_chain(), so a draw from `out` matches a draw there.
   const float inv_t = 1.f / params_.temperature;

@@ -121,6 +121,10 @@ class Sampler {
   // After distribution_in_place(): `token` is the one kept; sets chosen_logprob() from the
   // logits that call modified.
   void set_chosen(int32_t token, std::span<const float> logits);
+  // The same from a row's top logits (Op::kTopK), when samples_from_top() holds: the
+  // distribution distribution_in_place() gives from the whole row; then set_chosen(token, top).
+  bool distribution_from_top(const TopLogits& top, std::vector<TokenProb>& out);
+  void set_chosen(int32_t token, const TopLogits& top);
 
   // Records a generated token in the penalty window (call once for every token that was kept).
   void accept(int32_t token);
@@ -141,13 +145,16 @@ class Sampler {
   // (below the vocabulary size), at most k logprobs. Then sample_top() gives sample()'s token.
   bool samples_from_top(int32_t k, int32_t n_vocab) const;
   // Whether the next sample is a plain draw from the whole row (temperature > 0, every filter,
-  // penalty, bias and logprobs off: the OpenAI API's defaults), which the device can make
-  // (RowDraw, TopLogits::drawn) with the next uniform() in place of the chain's own draw.
-  bool draws_on_device(int32_t n_vocab) const;
+  // penalty and bias off: the OpenAI API's defaults; at most k logprobs), which the device can
+  // make (RowDraw, TopLogits::drawn) with the next uniform() in place of the chain's own draw.
+  bool draws_on_device(int32_t k, int32_t n_vocab) const;
   // The next token from a row's top logits (Op::kTopK), when samples_from_top() holds: the
   // token, logprobs and RNG draws sample() would give from the whole row (the logprobs up to
   // the rounding of the device's log-sum-exp).
   int32_t sample_top(const TopLogits& top);
+  // The token drawn on the device, when draws_on_device() held (its uniform taken), with the
+  // logprobs sample() would give (from the top k, the log-sum-exp and the drawn token's logit).
+  int32_t take_drawn(const TopLogits& top);
 
   // The lowest id among the largest logits; -1 when empty or when all are -inf/NaN.
   static int32_t argmax(std::span<const float> logits);
@@ -170,12 +177,16 @@ class Sampler {
   void apply_penalties_and_bias(std::span<float> logits) const;
   int32_t sample_modified(std::span<const float> logits);
   void compute_logprobs(std::span<const float> logits);
+  // compute_logprobs() from a row's top n candidates and log-sum-exp (the first n_logprobs).
+  void logprobs_from_top(const TopLogits& top, size_t n);
   int32_t sample_chain(std::span<const float> logits);
   // Steps 3-6 of the chain into cand_; returns the largest logit (-inf: nothing allowed).
   float filter_candidates(std::span<const float> logits);
   float filter_top_k();
   float filter_rest(float max_logit, double z);
   int32_t draw_candidate(float max_logit);
+  // Temperature over the filtered cand_, as draw_candidate() weighs it, into `out`.
+  bool candidate_distribution(float max_logit, std::vector<TokenProb>& out);
   void select_top_k(std::span<const float> logits, size_t k, std::vector<Candidate>& out);
   void apply_typical();
   void apply_top_p(float max_logit, double z);

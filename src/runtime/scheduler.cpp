@@ -294,6 +294,7 @@ Status Scheduler::step() {
   const auto t0 = std::chrono::steady_clock::now();
   top_k_ = step_top_k();
   info.top_k = top_k_.k;
+  info.whole_rows = static_cast<int32_t>(top_k_.whole_rows.size());
   info.device_draws = static_cast<int32_t>(
       std::count_if(draws_.begin(), draws_.end(), [](const RowDraw& d) { return d.temperature > 0.f; }));
   if (auto st = ctx_.decode(batch_, OutputKind::kLogits, top_k_); !st) {
@@ -525,30 +526,33 @@ void Scheduler::verify(Seq& s, size_t row, int32_t n_draft) {
     const int32_t x = bonus ? -1 : s.draft.tokens[static_cast<size_t>(j)];
     int32_t token = -1;
     bool ok = false;
-    if (top_k_.k > 0) {  // (greedy without a grammar: step_top_k)
-      token = s.sampler.sample_top(ctx_.top_logits(row + static_cast<size_t>(j)));
-      ok = !bonus && token == x;
-    } else {
-      const std::span<const float> l = ctx_.logits(row + static_cast<size_t>(j));
+    // The row's top logits (step_top_k: greedy or a top-k, without a grammar or penalties), or
+    // the whole row.
+    const size_t r = row + static_cast<size_t>(j);
+    const bool from_top = top_k_.k > 0 && !ctx_.has_logits(r);
+    const TopLogits top = from_top ? ctx_.top_logits(r) : TopLogits{};
+    if (!from_top) {
+      const std::span<const float> l = ctx_.logits(r);
       logits_.assign(l.begin(), l.end());
       if (s.grammar) s.grammar->apply(logits_);
-      if (greedy) {
-        token = s.sampler.sample_in_place(logits_);
-        ok = !bonus && token == x;
-      } else if (s.sampler.distribution_in_place(logits_, dist_)) {
-        if (bonus) {
-          token = s.sampler.draw(dist_);
-        } else {
-          const std::span<const TokenProb> q = s.draft.q.empty()
-                                                   ? std::span<const TokenProb>()
-                                                   : std::span<const TokenProb>(s.draft.q[static_cast<size_t>(j)]);
-          const double u_accept = s.sampler.uniform(), u_draw = s.sampler.uniform();
-          const Verdict v = verify_proposal(dist_, x, q, u_accept, u_draw, scratch_);
-          token = v.token;
-          ok = v.accepted;
-        }
-        s.sampler.set_chosen(token, logits_);
+    }
+    if (greedy) {
+      token = from_top ? s.sampler.sample_top(top) : s.sampler.sample_in_place(logits_);
+      ok = !bonus && token == x;
+    } else if (from_top ? s.sampler.distribution_from_top(top, dist_) : s.sampler.distribution_in_place(logits_, dist_)) {
+      if (bonus) {
+        token = s.sampler.draw(dist_);
+      } else {
+        const std::span<const TokenProb> q = s.draft.q.empty()
+                                                 ? std::span<const TokenProb>()
+                                                 : std::span<const TokenProb>(s.draft.q[static_cast<size_t>(j)]);
+        const double u_accept = s.sampler.uniform(), u_draw = s.sampler.uniform();
+        const Verdict v = verify_proposal(dist_, x, q, u_accept, u_draw, scratch_);
+        token = v.token;
+        ok = v.accepted;
       }
+      if (from_top) s.sampler.set_chosen(token, top);
+      else s.sampler.set_chosen(token, logits_);
     }
     if (token < 0) {
       finish(s, FinishReason::kError, "no token is allowed (the grammar and the logit bias exclude them all)");

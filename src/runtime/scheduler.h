@@ -114,6 +114,7 @@ struct StepInfo {
   bool new_shape = false;       // the first step of this (tokens, outputs) shape: its graph was built
   int32_t top_k = 0;            // the rows came back as their top k logits (0: whole rows)
   int32_t device_draws = 0;     // ... and this many were drawn there (plain temperature sampling)
+  int32_t whole_rows = 0;       // ... and this many came back whole beside them (a grammar, penalties)
   double seconds = 0;           // the model step (graph build, forward pass, logits)
 };
 
@@ -137,14 +138,15 @@ struct SchedulerOptions {
   // its own sampler, so the tokens do not depend on the thread count.
   int32_t sampling_threads = 0;
   int64_t parallel_sampling_floats = int64_t{1} << 20;
-  // Steps in which every sampled row needs no more than its best `top_k_outputs` logits
-  // (greedy, or a top-k up to this, without penalties, logit bias or a grammar:
-  // Sampler::samples_from_top) have the model's device reduce each row to those (Op::kTopK;
-  // to the best one when every row is greedy without logprobs) and bring back only them: at 64
-  // sequences of a 128K vocabulary, 33 KB a step instead of 33 MB, sampled in microseconds.
-  // Rows of plain temperature sampling (the OpenAI API's defaults: Sampler::draws_on_device)
-  // are drawn there too (CPU and CUDA backends). The tokens are the same (on a GPU, but for the
-  // rounding of a sum near a draw's boundary). 0: always whole rows.
+  // Rows that need no more than their best `top_k_outputs` logits (greedy, or a top-k up to
+  // this, without penalties, logit bias or a grammar: Sampler::samples_from_top) are reduced to
+  // those on the model's device (Op::kTopK; to the best one when every such row is greedy
+  // without logprobs) and only they come back: at 64 sequences of a 128K vocabulary, 33 KB a
+  // step instead of 33 MB, sampled in microseconds. Rows of plain temperature sampling (the
+  // OpenAI API's defaults: Sampler::draws_on_device) are drawn there too (CPU and CUDA
+  // backends). The other rows come back whole beside them, or every row does when those are
+  // most of the step. The tokens are the same (on a GPU, but for the rounding of a sum near a
+  // draw's boundary). 0: always whole rows.
   int32_t top_k_outputs = 64;
 };
 
@@ -252,6 +254,9 @@ class Scheduler {
   size_t presampled_next_ = 0;
   OutputTopK top_k_;  // what this step's rows came back as
   std::vector<RowDraw> draws_;  // top_k_.draws: per output row (temperature 0: not drawn)
+  std::vector<int32_t> whole_rows_;  // top_k_.whole_rows
+  enum class RowsFrom : uint8_t { kTop, kDraw, kWhole };
+  std::vector<RowsFrom> chunk_rows_;  // per chunk: how step_top_k brings its rows back
   bool draws_supported_ = false;
   std::unique_ptr<ThreadTeam> sampling_team_;  // created by the first step that needs it
   std::set<std::pair<size_t, size_t>> shapes_;  // (tokens, outputs) stepped so far: StepInfo::new_shape

@@ -9,39 +9,63 @@
 
 namespace kite {
 
-// Rows come back as their top logits when every row that samples can sample from them (the
-// best one when all are greedy without logprobs, else top_k_outputs: two sizes, few graphs),
-// and plain draws from whole rows are made there (draws_: one per output row, with uniforms
-// taken from the rows' RNGs now, where the chain would take them after the step).
+// Rows come back as their top logits when the rows that sample can sample from them (the best
+// one when all are greedy without logprobs, else top_k_outputs: two sizes, few graphs), and
+// plain draws from whole rows are made there (draws_: one per output row, with uniforms taken
+// from the rows' RNGs now, where the chain would take them after the step); speculative
+// proposals are verified from them too. Rows that need their whole logits (a grammar, penalties
+// or a bias, top-p or min-p alone, a proposal at plain temperature, a prompt about to fork whose
+// choices draw) come back whole beside them (whole_rows_), unless they are most of the step:
+// then every row does.
 OutputTopK Scheduler::step_top_k() {
   draws_.clear();
+  whole_rows_.clear();
+  chunk_rows_.clear();
   if (opts_.top_k_outputs <= 0) return {};
-  OutputTopK top{1, false};
+  OutputTopK top;
+  top.k = 1;
   const int32_t n_vocab = ctx_.model().hparams().n_vocab;
   bool draw = false;
+  int32_t rows = 0;  // output rows, as step() walks them
   for (const Chunk& c : chunks_) {
     const Seq* s = c.seq;
     const SamplerParams& p = s->sampler.params();
     const bool last = s->computed + c.n == static_cast<int64_t>(s->tokens.size());
-    if ((c.n_draft == 0 && !last) || s->done) continue;
-    if (s->grammar || (c.n_draft > 0 && p.temperature > 0.f)) return {};  // (verify: whole rows)
-    if (s->sampler.samples_from_top(opts_.top_k_outputs, n_vocab)) {
-      if (p.temperature > 0.f || p.n_logprobs > 0) top.k = opts_.top_k_outputs;
-      top.log_sum_exp |= p.n_logprobs > 0;
-    } else if (draws_supported_ && s->sampler.draws_on_device(n_vocab) &&
-               (s->job->req.params.n == 1 || s->job->forked)) {  // (a prompt about to fork: one row, n draws)
-      draw = true;
-    } else {
-      return {};
+    const int32_t n_rows = c.n_draft > 0 ? c.n_draft + 1 : last ? 1 : 0;
+    RowsFrom from = RowsFrom::kTop;  // (also for no row, or a finished sequence's)
+    if (n_rows > 0 && !s->done) {
+      if (s->grammar) {
+        from = RowsFrom::kWhole;
+      } else if (s->sampler.samples_from_top(opts_.top_k_outputs, n_vocab)) {
+        if (p.temperature > 0.f || p.n_logprobs > 0) top.k = opts_.top_k_outputs;
+        top.log_sum_exp |= p.n_logprobs > 0;
+      } else if (c.n_draft == 0 && draws_supported_ && s->sampler.draws_on_device(opts_.top_k_outputs, n_vocab) &&
+                 (s->job->req.params.n == 1 || s->job->forked)) {  // (a prompt about to fork: one row, n draws)
+        from = RowsFrom::kDraw;
+        draw = true;
+        if (p.n_logprobs > 0) top.k = opts_.top_k_outputs, top.log_sum_exp = true;
+      } else {
+        from = RowsFrom::kWhole;
+      }
     }
+    if (from == RowsFrom::kWhole)
+      for (int32_t j = 0; j < n_rows; ++j) whole_rows_.push_back(rows + j);
+    rows += n_rows;
+    chunk_rows_.push_back(from);
   }
+  if (2 * static_cast<int32_t>(whole_rows_.size()) > rows) {
+    whole_rows_.clear();
+    return {};
+  }
+  top.whole_rows = whole_rows_;
   if (!draw) return top;
-  for (const Chunk& c : chunks_) {  // one entry per output row, as step() walks them
+  for (size_t i = 0; i < chunks_.size(); ++i) {  // one entry per output row, as step() walks them
+    const Chunk& c = chunks_[i];
     Seq* s = c.seq;
     if (c.n_draft > 0) {
       draws_.resize(draws_.size() + static_cast<size_t>(c.n_draft) + 1);
     } else if (s->computed + c.n == static_cast<int64_t>(s->tokens.size())) {
-      const bool here = !s->done && s->sampler.draws_on_device(n_vocab);
+      const bool here = chunk_rows_[i] == RowsFrom::kDraw;
       draws_.push_back(here ? RowDraw{s->sampler.params().temperature, s->sampler.uniform()} : RowDraw{});
     }
   }
@@ -89,9 +113,9 @@ void Scheduler::emit_token(Seq& s, size_t row) {
     token = presampled_[presampled_next_++].token;
   } else if (s.done) {
     return;
-  } else if (top_k_.k > 0) {
+  } else if (top_k_.k > 0 && !ctx_.has_logits(row)) {
     const TopLogits top = ctx_.top_logits(row);
-    token = !draws_.empty() && draws_[row].temperature > 0.f ? top.drawn : s.sampler.sample_top(top);
+    token = !draws_.empty() && draws_[row].temperature > 0.f ? s.sampler.take_drawn(top) : s.sampler.sample_top(top);
   } else if (s.grammar) {  // the grammar masks a copy; otherwise the row is read where it is
     const std::span<const float> logits = ctx_.logits(row);
     logits_.assign(logits.begin(), logits.end());

@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <span>
 
 namespace kite {
@@ -15,9 +16,16 @@ struct TopLogits {
   std::span<const float> ids;     // their token ids, as exact floats; -1 pads
   float log_sum_exp = 0.f;        // log(sum(exp(logit))) over the whole row, when it was asked for
   int32_t drawn = -1;             // the token drawn from the whole row on the device (RowDraw)
+  float drawn_logit = -std::numeric_limits<float>::infinity();  // its logit (in the row)
 
   size_t size() const { return logits.size(); }
   int32_t id(size_t j) const { return static_cast<int32_t>(ids[j]); }
+  // The real entries (fewer than k when the row allows fewer tokens: the rest pad).
+  size_t n_candidates() const {
+    size_t n = 0;
+    while (n < size() && id(n) >= 0) ++n;
+    return n;
+  }
 };
 
 // A draw from a whole row on the device (Graph::top_k's draw): Sampler's chain with every
