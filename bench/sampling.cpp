@@ -16,7 +16,10 @@
 // SchedulerOptions::top_k_outputs; k 1 for greedy steps, 64 else, and k 1 with a draw from each
 // whole row for plain temperature sampling): the CPU backend's top_k op
 // over the step's rows on THREADS threads (what a CPU step adds; a GPU runs it instead), and
-// the host's sample_top() per row.
+// the host's sample_top() per row. Last, top-p 0.9 without top-k at temperature 1 (an OpenAI
+// request that sets top_p) on sharper rows (the logits doubled: their top 64 hold most of the
+// mass, as a trained model's often do), whole and from the top 64 with the log-sum-exp, where
+// rows whose nucleus reaches past the 64 are sampled whole (on a GPU: fetched first).
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -63,6 +66,9 @@ int main(int argc, char** argv) {
   std::normal_distribution<float> logit(0.f, 3.f);
   for (auto& r : rows)
     for (float& v : r) v = logit(gen);
+  std::vector<std::vector<float>> sharp = rows;
+  for (auto& r : sharp)
+    for (float& v : r) v *= 2.f;
   SamplerParams greedy;
   greedy.temperature = 0.f;
   SamplerParams nucleus;
@@ -74,8 +80,12 @@ int main(int argc, char** argv) {
   plain.top_k = 0;
   plain.top_p = 1.f;
   plain.min_p = 0.f;
-  std::vector<Sampler> g, t, o;
+  SamplerParams top_p = plain;
+  top_p.top_p = 0.9f;
+  std::vector<Sampler> g, t, o, np;
   for (size_t i = 0; i < seqs; ++i) {
+    top_p.seed = i + 1;
+    np.emplace_back(top_p);
     g.emplace_back(greedy);
     nucleus.seed = i + 1;
     t.emplace_back(nucleus);
@@ -89,21 +99,22 @@ int main(int argc, char** argv) {
   const std::string names[] = {"greedy (copy + argmax)", "greedy without the copy",
                                "temperature 0.8, top-k 40, top-p 0.95 (copy + sample)", "greedy, " + team,
                                "temperature 0.8, top-k 40, top-p 0.95, " + team,
-                               "temperature 1, no filters (OpenAI's defaults), " + team};
+                               "temperature 1, no filters (OpenAI's defaults), " + team,
+                               "temperature 1, top-p 0.9, sharper rows, " + team};
   kite::ThreadTeam pool(threads);
-  for (int mode = 0; mode < 6; ++mode) {
-    for (Sampler& x : g) x.reset();  // (the same draws in every mode: the checks agree)
-    for (Sampler& x : t) x.reset();
-    for (Sampler& x : o) x.reset();
+  for (int mode = 0; mode < 7; ++mode) {
+    for (auto* which : {&g, &t, &o, &np})  // (the same draws in every mode: the checks agree)
+      for (Sampler& x : *which) x.reset();
     std::vector<double> ms;
     std::atomic<long> check{0};
     for (int rep = 0; rep < 16; ++rep) {
       const double t0 = mode >= 3 ? wall_ms() : cpu_ms();
       if (mode >= 3) {
-        std::vector<Sampler>& which = mode == 3 ? g : mode == 4 ? t : o;
+        std::vector<Sampler>& which = mode == 3 ? g : mode == 4 ? t : mode == 5 ? o : np;
+        const auto& in = mode == 6 ? sharp : rows;
         std::atomic<size_t> next{0};
         pool.run([&](int) {
-          for (size_t i = next++; i < seqs; i = next++) check += which[i].sample(rows[i]);
+          for (size_t i = next++; i < seqs; i = next++) check += which[i].sample(in[i]);
         });
       }
       for (size_t i = 0; i < seqs && mode < 3; ++i) {
@@ -137,18 +148,22 @@ int main(int argc, char** argv) {
     std::exit(1);
   };
   std::printf("rows reduced to their top k logits first (SchedulerOptions::top_k_outputs)\n");
-  for (const int32_t k : {1, 64, 0}) {  // (0: k 1 and a draw from each whole row at temperature 1)
-    const bool draw = k == 0;
+  // (0: k 1 and a draw from each whole row at temperature 1; -64: the sharper rows' top 64 and
+  // log-sum-exp, for top-p)
+  for (const int32_t kk : {1, 64, 0, -64}) {
+    const bool draw = kk == 0, nucleus = kk < 0;
+    const int32_t k = std::abs(kk);
+    const auto& in_rows = nucleus ? sharp : rows;
     Graph graph;
     Tensor* in = graph.input(DType::F32, {static_cast<int64_t>(vocab), static_cast<int64_t>(seqs)}, "logits");
     Tensor* words = draw ? graph.input(DType::I32, {4, static_cast<int64_t>(seqs)}, "draws") : nullptr;
-    Tensor* top = graph.top_k(in, std::max(k, 1), false, words);
+    Tensor* top = graph.top_k(in, std::max(k, 1), nucleus, words);
     graph.build(top);
     const MemoryPlan plan = MemoryPlan::make(graph);
     auto arena = (*cpu)->alloc(plan.arena_bytes());
     if (!arena) return 1;
     plan.place(graph, static_cast<uint8_t*>((*arena)->base()));
-    for (size_t i = 0; i < seqs; ++i) check_ok((*cpu)->upload(*in, rows[i].data(), vocab * 4, i * vocab * 4));
+    for (size_t i = 0; i < seqs; ++i) check_ok((*cpu)->upload(*in, in_rows[i].data(), vocab * 4, i * vocab * 4));
     if (draw) {  // the uniforms the samplers' RNGs give (their first draws)
       std::vector<int32_t> packed(4 * seqs);
       for (size_t i = 0; i < seqs; ++i) {
@@ -166,7 +181,8 @@ int main(int argc, char** argv) {
     std::sort(op_ms.begin(), op_ms.end());
     const size_t w = static_cast<size_t>(top->ne[0]);
     const std::string what =
-        "the CPU backend's top_k op, " + (draw ? std::string("k 1 + a draw") : "k " + std::to_string(k)) + ", " + team;
+        "the CPU backend's top_k op, " +
+        (draw ? std::string("k 1 + a draw") : "k " + std::to_string(k) + (nucleus ? " + log-sum-exp" : "")) + ", " + team;
     std::printf("  %-56s %7.2f ms a step, %6.1f us a sequence  (%.1f KB a step)\n", what.c_str(), op_ms[op_ms.size() / 2],
                 op_ms[op_ms.size() / 2] * 1e3 / static_cast<double>(seqs), static_cast<double>(seqs * w * 4) / 1e3);
     const auto* out = static_cast<const float*>(top->data);
@@ -174,27 +190,33 @@ int main(int argc, char** argv) {
       size_t differ = 0;
       for (size_t i = 0; i < seqs; ++i) {
         o[i].reset();
-        differ += static_cast<int32_t>(out[i * w + w - 1]) != o[i].sample(rows[i]) ? 1 : 0;
+        differ += static_cast<int32_t>(out[i * w + 3]) != o[i].sample(rows[i]) ? 1 : 0;  // (k 1: best, its id, lse, drawn id, its logit)
       }
       std::printf("  %-56s %zu of %zu differ\n", "drawn tokens against the host's own draws", differ, seqs);
       continue;
     }
-    std::vector<Sampler>& which = k == 1 ? g : t;
+    std::vector<Sampler>& which = k == 1 ? g : nucleus ? np : t;
     for (Sampler& x : which) x.reset();
     std::vector<double> ms;
-    long check = 0;
+    long check = 0, whole = 0;
     for (int rep = 0; rep < 16; ++rep) {
       const double t0 = cpu_ms();
       for (size_t i = 0; i < seqs; ++i) {
         const std::span<const float> r(out + i * w, w);
-        check += which[i].sample_top({r.first(static_cast<size_t>(k)), r.subspan(static_cast<size_t>(k), static_cast<size_t>(k)), r[w - 1]});
+        int32_t token = which[i].sample_top({r.first(static_cast<size_t>(k)), r.subspan(static_cast<size_t>(k), static_cast<size_t>(k)), r[w - 1]});
+        if (token == Sampler::kNeedsRow) token = which[i].sample(in_rows[i]), ++whole;
+        check += token;
       }
       if (rep > 0) ms.push_back(cpu_ms() - t0);
     }
     std::sort(ms.begin(), ms.end());
-    std::printf("  %-56s %7.3f ms a step, %6.2f us a sequence  (check %ld)\n",
-                k == 1 ? "greedy from the best one (sample_top)" : "temperature 0.8, top-k 40, top-p 0.95 from the top 64",
-                ms[ms.size() / 2], ms[ms.size() / 2] * 1e3 / static_cast<double>(seqs), check);
+    const char* host = k == 1    ? "greedy from the best one (sample_top)"
+                       : nucleus ? "temperature 1, top-p 0.9 from the top 64, 1 thread"
+                                 : "temperature 0.8, top-k 40, top-p 0.95 from the top 64";
+    std::printf("  %-56s %7.3f ms a step, %6.2f us a sequence  (check %ld", host, ms[ms.size() / 2],
+                ms[ms.size() / 2] * 1e3 / static_cast<double>(seqs), check);
+    if (nucleus) std::printf("; %.1f%% of the rows sampled whole", 100.0 * static_cast<double>(whole) / (16.0 * static_cast<double>(seqs)));
+    std::printf(")\n");
   }
   return 0;
 }

@@ -247,8 +247,13 @@ inline void check_top_k_outputs(const std::string& device) {
       const bool whole_too = step % 2 == 1 && o != 1;
       REQUIRE(top->has_logits(o) == whole_too);
       if (whole_too) CHECK(std::ranges::equal(top->logits(o), row));
+      // And any output's whole row, fetched after the step (top-p past the top k).
+      auto fetched = top->fetch_logits(o);
+      REQUIRE(fetched.ok());
+      CHECK(std::ranges::equal(*fetched, row));
       batch.push_back({t.id(0), static_cast<int32_t>(o), true});  // the greedy token goes on
     }
+    CHECK_FALSE(top->fetch_logits(top->n_outputs()).ok());  // (no such output)
   }
 }
 

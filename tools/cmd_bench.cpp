@@ -2,7 +2,7 @@
 // achieved bandwidth of generation against this machine's measured read bandwidth.
 //   kite bench -m MODEL [-p 512] [-n 128] [-r 3] [-t N]
 //   kite bench --synthetic llama-8b --type q4_K_M [--write-gguf OUT.gguf] [--device cuda --bandwidth GBS]
-//   kite bench -m MODEL --parallel 1,4,16 [--text FILE] [--spec ngram | --draft MODEL] [--temp T | --openai-sampling] [--logprobs N] [--top-k-outputs N]
+//   kite bench -m MODEL --parallel 1,4,16 [--text FILE] [--spec ngram | --draft MODEL] [--temp T | --openai-sampling [--top-p P]] [--logprobs N] [--top-k-outputs N]
 //   kite bench ... -p 512 -n 128 --and-parallel 1,16,64 [--parallel-prompt 128 --parallel-gen 32]: both
 #include <algorithm>
 #include <chrono>
@@ -44,6 +44,7 @@ struct BenchArgs {
   float temperature = 0.f;    // batched mode: sampling temperature (0: greedy)
   int32_t top_k_outputs = 64; // batched mode: rows come back as their top k logits (0: whole rows)
   bool openai_sampling = false;  // batched mode: temperature 1 over the whole vocabulary
+  float top_p = 1.f;             // ... within this nucleus
   int32_t logprobs = 0;          // batched mode: the top N logprobs of each token
   SpecArgs spec;              // batched mode: speculative decoding
 };
@@ -132,6 +133,13 @@ int run_batched(const BenchArgs& a, const std::shared_ptr<const Model>& model, c
     SchedulerOptions so;
     so.speculative = *spec;
     so.top_k_outputs = a.top_k_outputs;
+    StepInfo rows;  // summed over the steps: how their rows came back
+    int64_t steps = 0, top_steps = 0;
+    so.on_step = [&](const StepInfo& i) {
+      ++steps;
+      top_steps += i.top_k > 0 ? 1 : 0;
+      rows.device_draws += i.device_draws, rows.whole_rows += i.whole_rows, rows.fetched_rows += i.fetched_rows;
+    };
     if (auto st = Scheduler::check_speculative(so, **ctx, draft->get()); !st) {
       std::cerr << "kite bench: " << st.error().message << "\n";
       return kExitUsage;
@@ -155,7 +163,7 @@ int run_batched(const BenchArgs& a, const std::shared_ptr<const Model>& model, c
       if (a.openai_sampling) {  // (what the server samples with when a request sets nothing)
         r.params.sampling.temperature = 1.f;
         r.params.sampling.top_k = 0;
-        r.params.sampling.top_p = 1.f;
+        r.params.sampling.top_p = a.top_p;
         r.params.sampling.min_p = 0.f;
       }
       r.params.sampling.n_logprobs = a.logprobs;
@@ -191,6 +199,9 @@ int run_batched(const BenchArgs& a, const std::shared_ptr<const Model>& model, c
                                  st.drafted > 0 ? 100.0 * static_cast<double>(st.accepted) / static_cast<double>(st.drafted) : 0.0);
     std::printf("\n");
     print_speculative_stats("kite bench", spec->mode, st);
+    std::fprintf(stderr, "kite bench: %lld of %lld steps brought back top-%d rows; %d drawn there, %d whole beside them, %d fetched whole after\n",
+                 static_cast<long long>(top_steps), static_cast<long long>(steps), a.top_k_outputs, rows.device_draws,
+                 rows.whole_rows, rows.fetched_rows);
     std::fflush(stdout);
   }
   std::printf("(weights read per step: %.2f GB; %d threads; S_TG/B=1 is relative to the first B's per-sequence rate)\n",
@@ -418,6 +429,8 @@ void register_bench(CLI::App& app, Action* run) {
   cmd->add_flag("--openai-sampling", a->openai_sampling,
                 "Batched mode: sample as the OpenAI API's defaults do (temperature 1 over the whole vocabulary; "
                 "overrides --temp)");
+  cmd->add_option("--top-p", a->top_p, "Batched mode, with --openai-sampling: the request's top_p (default 1)")
+      ->check(CLI::Range(0.0, 1.0));
   cmd->add_option("--logprobs", a->logprobs,
                   "Batched mode: each token's top N logprobs, as the OpenAI API's logprobs/top_logprobs ask (default 0)")
       ->check(CLI::Range(0, 20));

@@ -9,6 +9,7 @@
 #include <signal.h>
 
 #include <cstdio>
+#include <string>
 #include <thread>
 
 #include "tools/commands.h"
@@ -24,13 +25,24 @@ namespace {
 constexpr int kDefaultPrefill = 64;
 
 // --log-steps: one stderr line per model step, what the step computed and how long it took.
+// How a step's rows came back (--log-steps): whole, or as their top k with some drawn on the
+// device, some whole beside them and some fetched whole after.
+std::string rows_of(const StepInfo& i) {
+  if (i.top_k == 0) return "whole";
+  std::string s = "top " + std::to_string(i.top_k);
+  if (i.device_draws > 0) s += ", " + std::to_string(i.device_draws) + " drawn";
+  if (i.whole_rows > 0) s += ", " + std::to_string(i.whole_rows) + " whole";
+  if (i.fetched_rows > 0) s += ", " + std::to_string(i.fetched_rows) + " fetched";
+  return s;
+}
+
 void log_step(const StepInfo& i) {
   std::fprintf(stderr,
                "kite serve: step %lld: %d decode rows (+%d drafted), %d prompt tokens of %d seqs, %d admitted, "
-               "%d first tokens; %.1f ms%s; running %d, waiting %d (+%d prompt tokens)\n",
+               "%d first tokens; %.1f ms%s; running %d, waiting %d (+%d prompt tokens); rows: %s\n",
                static_cast<long long>(i.step), i.decode_rows, i.drafted, i.prompt_tokens, i.prompt_seqs, i.admitted,
                i.first_tokens, i.seconds * 1e3, i.new_shape ? " (new shape)" : "", i.running, i.waiting,
-               i.waiting_prompt_tokens);
+               i.waiting_prompt_tokens, rows_of(i).c_str());
 }
 
 struct ServeArgs {

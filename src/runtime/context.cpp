@@ -18,6 +18,7 @@ struct Context::Step {
   Tensor* draws = nullptr;         // I32 [4, n_outputs]: RowDraws, packed (top-k steps that draw)
   Tensor* whole_ids = nullptr;     // I32 [n_whole]: OutputTopK::whole_rows
   Tensor* whole = nullptr;         // F32 [n_vocab, n_whole]: those outputs' logits
+  Tensor* logits = nullptr;        // top-k steps: the logits, kept to the end (fetch_logits)
 };
 
 namespace {
@@ -197,10 +198,11 @@ Result<Context::Step*> Context::step_for(int64_t n_tokens, int64_t n_outputs, Ou
                                      TpRank{r, world});
       if (r == 0 && top_k.k > 0) {  // (with the output head: on the backend that computed the logits)
         g.set_layer(static_cast<int32_t>(model_->hparams().n_layer));
-        Tensor* logits = s->out;
+        Tensor* logits = s->logits = s->out;
         if (!top_k.draws.empty()) s->draws = g.input(DType::I32, {4, n_outputs}, "draws");
         s->out = g.top_k(logits, top_k.k, top_k.log_sum_exp, s->draws);
         g.build(s->out);
+        g.build(logits);  // (an output: nothing after it reuses its memory)
         if (n_whole > 0) {  // (gathered into one tensor: one download)
           s->whole_ids = g.input(DType::I32, {n_whole}, "whole_rows");
           s->whole = g.get_rows(logits, s->whole_ids);
@@ -336,6 +338,8 @@ Status Context::decode(std::span<const BatchToken> batch, OutputKind kind, Outpu
   if (kind == OutputKind::kLogits) logits_from_eval_ = false;
   top_k_ = top_k.k;
   top_drawn_ = !top_k.draws.empty();
+  last_step_ = top_k.k > 0 ? step : nullptr;
+  fetched_row_ = -1;
   return ok_status();
 }
 
@@ -460,6 +464,20 @@ std::span<const float> Context::logits(size_t i) const {
 bool Context::has_logits(size_t i) const {
   if (logits_from_eval_ || top_k_ == 0) return i < n_outputs_;
   return i < logits_row_.size() && logits_row_[i] >= 0;
+}
+
+Result<std::span<const float>> Context::fetch_logits(size_t i) {
+  if (has_logits(i)) return logits(i);
+  if (last_step_ == nullptr || i >= n_outputs_)
+    return make_error("fetch_logits: output ", i, " of the last step has no row to fetch (", n_outputs_, " outputs)");
+  const Tensor& all = *last_step_->logits;
+  if (fetched_row_ != static_cast<int64_t>(i)) {
+    fetched_.resize(static_cast<size_t>(all.ne[0]));
+    const Backend& be = *last_step_->backends[static_cast<size_t>(last_step_->split.backend_of(&all))];
+    KITE_TRY(be.download(all, fetched_.data(), fetched_.size() * sizeof(float), i * all.nb[1]));
+    fetched_row_ = static_cast<int64_t>(i);
+  }
+  return std::span<const float>(fetched_);
 }
 
 TopLogits Context::top_logits(size_t i) const {

@@ -16,6 +16,11 @@ bool better(const std::pair<float, int32_t>& a, const std::pair<float, int32_t>&
   return a.first > b.first || (a.first == b.first && a.second < b.second);
 }
 
+// The order a whole row lists its candidates in (Sampler::filter_candidates).
+void sort_by_id(std::vector<std::pair<float, int32_t>>& c) {
+  std::sort(c.begin(), c.end(), [](const auto& a, const auto& b) { return a.second < b.second; });
+}
+
 // False for -inf (banned) and NaN.
 bool allowed(float v) {
   return v > kNegInf;
@@ -273,6 +278,34 @@ float Sampler::filter_candidates(std::span<const float> logits) {
   if (max_logit == kNegInf) return kNegInf;
   const double z = params_.top_p < 1.f && !typical ? sum_exp(logits, max_logit) : 0.0;
   const float cut = params_.min_p > 0.f && !typical ? max_logit + std::log(params_.min_p) : kNegInf;
+  if (params_.top_p < 1.f && !typical) {
+    // Most nuclei close within the best few tokens: find those with one pass of a small heap
+    // rather than listing every candidate for apply_top_p() to sort (which would keep the same
+    // prefix of the same order).
+    constexpr size_t kProbe = 64;
+    select_top_k(logits, kProbe, cand_);
+    const double target = static_cast<double>(params_.top_p) * z;
+    double cum = 0.0;
+    size_t kept = 0;
+    bool closed = cand_.size() < kProbe;  // (every allowed token is here)
+    for (; kept < cand_.size(); ++kept) {
+      if (cand_[kept].first < cut) {  // (min-p's cut: the rest fall under it too)
+        closed = true;
+        break;
+      }
+      cum += std::exp(cand_[kept].first - max_logit);  // (as apply_top_p() sums)
+      if (cum >= target) {
+        closed = true;
+        ++kept;
+        break;
+      }
+    }
+    if (closed) {
+      cand_.resize(kept);
+      cand_sorted_ = true;
+      return filter_rest(max_logit, z);
+    }
+  }
   cand_.clear();
   for (size_t i = 0; i < n; ++i)
     if (logits[i] >= cut && allowed(logits[i])) cand_.emplace_back(logits[i], static_cast<int32_t>(i));
@@ -331,6 +364,26 @@ bool Sampler::samples_from_top(int32_t k, int32_t n_vocab) const {
   return params_.temperature <= 0.f || (params_.top_k > 0 && params_.top_k <= k && params_.top_k < n_vocab);
 }
 
+bool Sampler::lowers_only() const {
+  const SamplerParams& p = params_;
+  if (penalties_active() && (p.repeat_penalty < 1.f || p.frequency_penalty < 0.f || p.presence_penalty < 0.f))
+    return false;
+  return std::all_of(p.logit_bias.begin(), p.logit_bias.end(), [](const LogitBias& b) { return b.bias <= 0.f; });
+}
+
+bool Sampler::may_sample_from_top(int32_t k, int32_t n_vocab, bool grammar) const {
+  const SamplerParams& p = params_;
+  if (p.typical_p < 1.f) return false;
+  if (grammar || penalties_active() || !p.logit_bias.empty()) {  // (the modified row's log-sum-exp is unknown)
+    if (p.n_logprobs > 0 || !lowers_only()) return false;
+  } else if (p.n_logprobs > k) {
+    return false;
+  }
+  if (p.temperature <= 0.f) return true;
+  if (p.top_k >= n_vocab) return false;  // (rare: whole rows)
+  return (p.top_k > 0 && p.top_k <= k) || p.top_p < 1.f || p.min_p > 0.f;
+}
+
 bool Sampler::draws_on_device(int32_t k, int32_t n_vocab) const {
   const SamplerParams& p = params_;
   return p.temperature > 0.f && (p.top_k <= 0 || p.top_k >= n_vocab) && p.top_p >= 1.f && p.min_p <= 0.f &&
@@ -353,26 +406,149 @@ int32_t Sampler::take_drawn(const TopLogits& top) {
   return top.drawn;
 }
 
-int32_t Sampler::sample_top(const TopLogits& top) {
+float Sampler::modified_logit(int32_t token, float logit) const {
+  if (penalties_active()) {
+    auto it = std::lower_bound(counts_.begin(), counts_.end(), token,
+                               [](const PenaltyCount& c, int32_t t) { return c.token < t; });
+    if (it != counts_.end() && it->token == token) {  // (as apply_penalties_and_bias)
+      const float rp = params_.repeat_penalty;
+      if (rp != 1.f) logit = logit <= 0.f ? logit * rp : logit / rp;
+      logit -= static_cast<float>(it->generated) * params_.frequency_penalty +
+               (it->generated > 0 ? params_.presence_penalty : 0.f);
+    }
+  }
+  for (const LogitBias& b : params_.logit_bias)
+    if (b.token == token) logit += b.bias;
+  return logit;
+}
+
+// The chain over a row of which only the top entries are known (see sample_top in the header).
+// top_cand_ holds the allowed entries, their logits modified, sorted; the first `certain` of them
+// are the row's best in order, and every other token of the row is no better than `tail`.
+int32_t Sampler::sample_top(const TopLogits& top, const std::function<bool(int32_t)>& allowed_token) {
   top_logprobs_.clear();
   chosen_logprob_ = kNaN;
   const size_t n = top.n_candidates();
-  if (params_.n_logprobs > 0) logprobs_from_top(top, n);  // as compute_logprobs() does from the whole row
-  int32_t token = -1;
-  float logit = 0.f;
-  if (params_.temperature > 0.f) {  // the chain's top-k branch, over the same candidates
-    cand_.clear();
-    for (size_t j = 0; j < std::min(n, static_cast<size_t>(params_.top_k)); ++j)
-      cand_.emplace_back(top.logits[j], top.id(j));
-    token = draw_candidate(filter_top_k());
-    for (size_t j = 0; j < n; ++j)
-      if (top.id(j) == token) logit = top.logits[j];
-  } else if (n > 0) {
-    token = top.id(0);
-    logit = top.logits[0];
+  const bool complete = n < top.size();  // (fewer allowed tokens than k: all of them are here)
+  const float tail = complete ? kNegInf : top.logits[top.size() - 1];
+  const bool modified = allowed_token || penalties_active() || !params_.logit_bias.empty();
+  if (params_.n_logprobs > 0) logprobs_from_top(top, n);  // (unmodified rows only: may_sample_from_top)
+  // z over the row past the known entries: at most the row's sum less what the modifications
+  // took from the known ones (they only lower logits).
+  double z_taken = 0.0;
+  top_cand_.clear();
+  for (size_t j = 0; j < n; ++j) {
+    const int32_t id = top.id(j);
+    const float v = allowed_token && !allowed_token(id) ? kNegInf
+                    : modified                          ? modified_logit(id, top.logits[j])
+                                                        : top.logits[j];
+    if (modified)
+      z_taken += std::exp(static_cast<double>(top.logits[j]) - top.logits[0]) -
+                 (allowed(v) ? std::exp(static_cast<double>(v) - top.logits[0]) : 0.0);
+    if (allowed(v)) top_cand_.emplace_back(v, id);
   }
-  if (params_.n_logprobs > 0 && token >= 0) chosen_logprob_ = static_cast<float>(logit - log_z_);
+  size_t certain = top_cand_.size();
+  if (modified && !complete) {
+    // An entry is certain while it beats the tail: a changed logit equal to it may trail
+    // tokens past the k (an unchanged one comes before them: the op breaks ties by id).
+    std::sort(top_cand_.begin(), top_cand_.end(), better);
+    certain = 0;
+    while (certain < top_cand_.size() &&
+           (top_cand_[certain].first > tail ||
+            (top_cand_[certain].first == tail && modified_logit(top_cand_[certain].second, tail) == tail)))
+      ++certain;
+  } else if (modified) {
+    std::sort(top_cand_.begin(), top_cand_.end(), better);
+  }
+  int32_t token = -1;
+  if (params_.temperature <= 0.f) {
+    if (certain > 0)
+      token = top_cand_[0].second;
+    else if (!complete)
+      return kNeedsRow;
+  } else {
+    const bool top_k = params_.top_k > 0;
+    const size_t want = top_k ? static_cast<size_t>(params_.top_k) : std::numeric_limits<size_t>::max();
+    if (complete || certain >= want) {  // every candidate is known: the chain itself
+      cand_.assign(top_cand_.begin(), top_cand_.begin() + static_cast<ptrdiff_t>(std::min(want, top_cand_.size())));
+      if (top_k) {
+        token = draw_candidate(filter_top_k());
+      } else if (cand_.empty()) {
+        token = -1;
+      } else {  // (every allowed token: as filter_candidates lists them)
+        const float max_logit = cand_[0].first;
+        double z = 0.0;
+        for (const Candidate& c : cand_) z += std::exp(c.first - max_logit);
+        const float cut = params_.min_p > 0.f ? max_logit + std::log(params_.min_p) : kNegInf;
+        std::erase_if(cand_, [cut](const Candidate& c) { return c.first < cut; });
+        sort_by_id(cand_);
+        cand_sorted_ = false;
+        token = draw_candidate(filter_rest(max_logit, z));
+      }
+    } else {
+      if (certain == 0) return kNeedsRow;
+      // top-p's normalizer (relative to the maximum): z in [z_lo, z_hi]
+      const double max_logit = top_cand_[0].first;
+      double z_lo = 0.0, z_hi = 0.0;
+      if (top_k) {  // the certain ones, and at most `want - certain` more no better than the tail
+        for (size_t j = 0; j < certain; ++j) z_lo += std::exp(top_cand_[j].first - max_logit);
+        z_hi = z_lo + static_cast<double>(want - certain) * std::exp(tail - max_logit);
+      } else {  // every allowed token: the row's log-sum-exp, less what the modifications took
+        const double scale = std::exp(top.logits[0] - max_logit);
+        z_hi = (std::exp(static_cast<double>(top.log_sum_exp) - top.logits[0]) - z_taken) * scale;
+        if (modified) {
+          for (const Candidate& c : top_cand_) z_lo += std::exp(c.first - max_logit);
+          // (the difference loses digits where the modifications took most of the row)
+          z_hi += 1e-5 * std::exp(static_cast<double>(top.log_sum_exp) - top.logits[0]) * scale;
+        } else {
+          z_lo = z_hi;
+        }
+      }
+      const size_t kept = top_kept(certain, tail, z_lo, z_hi);
+      if (kept == 0) return kNeedsRow;
+      cand_.assign(top_cand_.begin(), top_cand_.begin() + static_cast<ptrdiff_t>(kept));
+      cand_sorted_ = top_k || params_.top_p < 1.f;
+      if (!cand_sorted_)  // (min-p alone keeps the row's order: the draw walks it in that order)
+        sort_by_id(cand_);
+      token = draw_candidate(top_cand_[0].first);
+    }
+  }
+  if (params_.n_logprobs > 0 && token >= 0)
+    for (size_t j = 0; j < n; ++j)
+      if (top.id(j) == token) chosen_logprob_ = static_cast<float>(top.logits[j] - log_z_);
   return token;
+}
+
+// How many of top_cand_'s first `certain` entries top-p and min-p keep, when the unknown rest of
+// the candidates (each no better than `tail`) cannot change it (else 0); top-p's normalizer z
+// (relative to the maximum) lies in [z_lo, z_hi].
+size_t Sampler::top_kept(size_t certain, float tail, double z_lo, double z_hi) const {
+  constexpr size_t kAll = std::numeric_limits<size_t>::max();
+  const float max_logit = top_cand_[0].first;
+  // Top-p keeps the first i + 1 where the running sum reaches top_p * z.
+  size_t p_lo = kAll, p_hi = kAll;
+  if (params_.top_p < 1.f) {
+    double cum = 0.0;
+    for (size_t j = 0; j < certain; ++j) {
+      cum += std::exp(top_cand_[j].first - max_logit);  // (as apply_top_p() sums)
+      if (p_lo == kAll && cum >= params_.top_p * z_lo) p_lo = j + 1;
+      if (cum >= params_.top_p * z_hi) {
+        p_hi = j + 1;
+        break;
+      }
+    }
+  }
+  // Min-p keeps what is at least min_p times the maximum: known once a certain entry or the
+  // tail falls under the cut.
+  size_t m_lo = kAll, m_hi = kAll;
+  if (params_.min_p > 0.f) {
+    const float cut = max_logit + std::log(params_.min_p);
+    m_lo = 0;
+    while (m_lo < certain && top_cand_[m_lo].first >= cut) ++m_lo;
+    if (tail < cut || m_lo < certain) m_hi = m_lo;
+  }
+  const size_t lo = std::min(p_lo, m_lo), hi = std::min(p_hi, m_hi);
+  return lo == hi && hi <= certain ? hi : 0;
 }
 
 bool Sampler::distribution_in_place(std::span<float> logits, std::vector<TokenProb>& out) {
@@ -402,7 +578,8 @@ bool Sampler::distribution_from_top(const TopLogits& top, std::vector<TokenProb>
     return true;
   }
   cand_.clear();  // the chain's top-k branch, over the same candidates (as sample_top())
-  for (size_t j = 0; j < std::min(n, static_cast<size_t>(params_.top_k)); ++j) cand_.emplace_back(top.logits[j], top.id(j));
+  for (size_t j = 0; j < std::min(n, static_cast<size_t>(params_.top_k)); ++j)
+    cand_.emplace_back(top.logits[j], top.id(j));
   return candidate_distribution(filter_top_k(), out);
 }
 

@@ -49,6 +49,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <random>
 #include <span>
 #include <utility>
@@ -144,14 +145,27 @@ class Sampler {
   // log-sum-exp, for logprobs): no penalties, no logit bias, greedy or a top-k of at most k
   // (below the vocabulary size), at most k logprobs. Then sample_top() gives sample()'s token.
   bool samples_from_top(int32_t k, int32_t n_vocab) const;
+  // Or may, seeing only them, find out whether it can (sample_top() then gives kNeedsRow when
+  // not): top-p and/or min-p without top-k, a top-k above k with either; with a grammar
+  // (`grammar`: its mask is applied to the candidates), penalties or a logit bias that only lower
+  // logits, and no logprobs (the modified row's log-sum-exp is unknown). Greedy, top-k and
+  // min-p usually close within the k best; top-p without top-k needs the row's log-sum-exp.
+  bool may_sample_from_top(int32_t k, int32_t n_vocab, bool grammar = false) const;
   // Whether the next sample is a plain draw from the whole row (temperature > 0, every filter,
   // penalty and bias off: the OpenAI API's defaults; at most k logprobs), which the device can
   // make (RowDraw, TopLogits::drawn) with the next uniform() in place of the chain's own draw.
   bool draws_on_device(int32_t k, int32_t n_vocab) const;
   // The next token from a row's top logits (Op::kTopK), when samples_from_top() holds: the
   // token, logprobs and RNG draws sample() would give from the whole row (the logprobs up to
-  // the rounding of the device's log-sum-exp).
-  int32_t sample_top(const TopLogits& top);
+  // the rounding of the device's log-sum-exp). When only may_sample_from_top() holds, the same
+  // or kNeedsRow, having drawn nothing: then sample() the whole row (Context::fetch_logits),
+  // masked by `allowed` (a grammar's accepts(): the same tokens it keeps) if given. Penalties and
+  // bias are applied to the k entries; a candidate they lower to the k-th logit or below may
+  // trail tokens past the k, so the ones before it are what is known. Top-p's normalizer is
+  // bounded by what is known (the log-sum-exp, the k-th logit); a nucleus that closes within
+  // the rounding of those bounds may differ from the whole row's.
+  static constexpr int32_t kNeedsRow = -2;
+  int32_t sample_top(const TopLogits& top, const std::function<bool(int32_t)>& allowed = {});
   // The token drawn on the device, when draws_on_device() held (its uniform taken), with the
   // logprobs sample() would give (from the top k, the log-sum-exp and the drawn token's logit).
   int32_t take_drawn(const TopLogits& top);
@@ -172,6 +186,9 @@ class Sampler {
   };
 
   bool penalties_active() const;
+  bool lowers_only() const;  // penalties and bias only lower logits (or ban tokens)
+  float modified_logit(int32_t token, float logit) const;  // penalties and bias on one logit
+  size_t top_kept(size_t certain, float tail, double z_lo, double z_hi) const;
   void record(int32_t token, bool generated);
   void count(int32_t token, bool generated, int32_t delta);
   void apply_penalties_and_bias(std::span<float> logits) const;
@@ -204,6 +221,7 @@ class Sampler {
   // Per-token buffers, reused.
   std::vector<float> work_;
   std::vector<Candidate> cand_;
+  std::vector<Candidate> top_cand_;  // sample_top: the known candidates
   bool cand_sorted_ = false;  // cand_ is in (logit desc, id asc) order
   std::vector<double> probs_;
   std::vector<size_t> order_;

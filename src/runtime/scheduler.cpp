@@ -306,6 +306,7 @@ Status Scheduler::step() {
   if (info.prompt_seqs == 0 && !ctx_.last_built_graph()) target_cost_.add(static_cast<double>(batch_.size()), info.seconds);
   ++stats_.steps;
   stats_.computed_tokens += static_cast<int64_t>(batch_.size());
+  fetched_rows_ = 0;
   presample();
   size_t out = 0;
   for (const Chunk& c : chunks_) {
@@ -334,6 +335,7 @@ Status Scheduler::step() {
   jobs_.erase(std::remove_if(jobs_.begin(), jobs_.end(), [](const auto& j) { return j->live == 0; }), jobs_.end());
   publish_stats();
   if (opts_.on_step) {
+    info.fetched_rows = fetched_rows_;
     info.running = stats_.running;
     info.waiting = stats_.waiting;
     info.waiting_prompt_tokens = static_cast<int32_t>(pending_prompt_tokens());

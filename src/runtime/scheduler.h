@@ -115,6 +115,7 @@ struct StepInfo {
   int32_t top_k = 0;            // the rows came back as their top k logits (0: whole rows)
   int32_t device_draws = 0;     // ... and this many were drawn there (plain temperature sampling)
   int32_t whole_rows = 0;       // ... and this many came back whole beside them (a grammar, penalties)
+  int32_t fetched_rows = 0;     // ... and this many were fetched whole after (top-p past the top k)
   double seconds = 0;           // the model step (graph build, forward pass, logits)
 };
 
@@ -144,8 +145,10 @@ struct SchedulerOptions {
   // without logprobs) and only they come back: at 64 sequences of a 128K vocabulary, 33 KB a
   // step instead of 33 MB, sampled in microseconds. Rows of plain temperature sampling (the
   // OpenAI API's defaults: Sampler::draws_on_device) are drawn there too (CPU and CUDA
-  // backends). The other rows come back whole beside them, or every row does when those are
-  // most of the step. The tokens are the same (on a GPU, but for the rounding of a sum near a
+  // backends). Rows of top-p and/or min-p without top-k come back as their top k too, and are
+  // fetched whole after the step only where the nucleus reaches past them
+  // (Sampler::may_sample_from_top, Context::fetch_logits). The other rows come back whole beside
+  // them, or every row does when those are most of the step. The tokens are the same (on a GPU, but for the rounding of a sum near a
   // draw's boundary). 0: always whole rows.
   int32_t top_k_outputs = 64;
 };
@@ -194,6 +197,8 @@ class Scheduler {
   void finish(Seq& s, FinishReason reason, const std::string& error = {});
   // Samples the step's output `row` for `s` (unless presample() did) and emits the token.
   void emit_token(Seq& s, size_t row);
+  // The token from a whole row: masked by the sequence's grammar (on a copy), then sampled.
+  int32_t sample_row(Seq& s, std::span<const float> logits);
   OutputTopK step_top_k();
   // Samples the rows emit_token() will need, without a grammar, on the sampling team at once.
   void presample();
@@ -255,6 +260,8 @@ class Scheduler {
   OutputTopK top_k_;  // what this step's rows came back as
   std::vector<RowDraw> draws_;  // top_k_.draws: per output row (temperature 0: not drawn)
   std::vector<int32_t> whole_rows_;  // top_k_.whole_rows
+  int32_t fetched_rows_ = 0;         // this step's rows sampled from Context::fetch_logits
+                                     // (candidates past the top k: top-p, a grammar, penalties)
   enum class RowsFrom : uint8_t { kTop, kDraw, kWhole };
   std::vector<RowsFrom> chunk_rows_;  // per chunk: how step_top_k brings its rows back
   bool draws_supported_ = false;

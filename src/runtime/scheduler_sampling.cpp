@@ -13,10 +13,13 @@ namespace kite {
 // one when all are greedy without logprobs, else top_k_outputs: two sizes, few graphs), and
 // plain draws from whole rows are made there (draws_: one per output row, with uniforms taken
 // from the rows' RNGs now, where the chain would take them after the step); speculative
-// proposals are verified from them too. Rows that need their whole logits (a grammar, penalties
-// or a bias, top-p or min-p alone, a proposal at plain temperature, a prompt about to fork whose
-// choices draw) come back whole beside them (whole_rows_), unless they are most of the step:
-// then every row does.
+// proposals are verified from them too. Rows whose sampler may find its candidates among them
+// (Sampler::may_sample_from_top: top-p or min-p alone, a grammar, penalties that only lower
+// logits) come back as their top logits as well, and the few whose candidates reach past them
+// are fetched after the step (emit_token). Rows that need their whole logits (logprobs with a
+// grammar or penalties, a proposal at plain temperature, a prompt about to fork whose choices
+// draw) come back whole beside them (whole_rows_), unless they are most of the step: then every
+// row does.
 OutputTopK Scheduler::step_top_k() {
   draws_.clear();
   whole_rows_.clear();
@@ -34,12 +37,15 @@ OutputTopK Scheduler::step_top_k() {
     const int32_t n_rows = c.n_draft > 0 ? c.n_draft + 1 : last ? 1 : 0;
     RowsFrom from = RowsFrom::kTop;  // (also for no row, or a finished sequence's)
     if (n_rows > 0 && !s->done) {
-      if (s->grammar) {
-        from = RowsFrom::kWhole;
-      } else if (s->sampler.samples_from_top(opts_.top_k_outputs, n_vocab)) {
+      const bool grammar = s->grammar.has_value();
+      if (!grammar && s->sampler.samples_from_top(opts_.top_k_outputs, n_vocab)) {
         if (p.temperature > 0.f || p.n_logprobs > 0) top.k = opts_.top_k_outputs;
         top.log_sum_exp |= p.n_logprobs > 0;
-      } else if (c.n_draft == 0 && draws_supported_ && s->sampler.draws_on_device(opts_.top_k_outputs, n_vocab) &&
+      } else if (c.n_draft == 0 && s->sampler.may_sample_from_top(opts_.top_k_outputs, n_vocab, grammar)) {
+        top.k = opts_.top_k_outputs;  // (the row is fetched if the top k are not enough)
+        top.log_sum_exp |= p.n_logprobs > 0 || p.temperature > 0.f;
+      } else if (!grammar && c.n_draft == 0 && draws_supported_ &&
+                 s->sampler.draws_on_device(opts_.top_k_outputs, n_vocab) &&
                  (s->job->req.params.n == 1 || s->job->forked)) {  // (a prompt about to fork: one row, n draws)
         from = RowsFrom::kDraw;
         draw = true;
@@ -115,14 +121,23 @@ void Scheduler::emit_token(Seq& s, size_t row) {
     return;
   } else if (top_k_.k > 0 && !ctx_.has_logits(row)) {
     const TopLogits top = ctx_.top_logits(row);
-    token = !draws_.empty() && draws_[row].temperature > 0.f ? s.sampler.take_drawn(top) : s.sampler.sample_top(top);
-  } else if (s.grammar) {  // the grammar masks a copy; otherwise the row is read where it is
-    const std::span<const float> logits = ctx_.logits(row);
-    logits_.assign(logits.begin(), logits.end());
-    s.grammar->apply(logits_);
-    token = s.sampler.sample_in_place(logits_);
+    if (!draws_.empty() && draws_[row].temperature > 0.f)
+      token = s.sampler.take_drawn(top);
+    else if (!s.grammar)
+      token = s.sampler.sample_top(top);
+    else
+      token = s.sampler.sample_top(top, [&s](int32_t t) { return s.grammar->accepts(t); });
+    if (token == Sampler::kNeedsRow) {  // (the candidates reach past the top k)
+      auto logits = ctx_.fetch_logits(row);
+      if (!logits) {
+        finish(s, FinishReason::kError, logits.error().message);
+        return;
+      }
+      token = sample_row(s, *logits);
+      ++fetched_rows_;
+    }
   } else {
-    token = s.sampler.sample(ctx_.logits(row));  // (copies only to apply penalties or a logit bias)
+    token = sample_row(s, ctx_.logits(row));
   }
   if (s.done) return;
   if (token < 0) {
@@ -130,6 +145,13 @@ void Scheduler::emit_token(Seq& s, size_t row) {
     return;
   }
   emit(s, token);
+}
+
+int32_t Scheduler::sample_row(Seq& s, std::span<const float> logits) {
+  if (!s.grammar) return s.sampler.sample(logits);  // (copies only to apply penalties or a logit bias)
+  logits_.assign(logits.begin(), logits.end());     // the grammar masks a copy
+  s.grammar->apply(logits_);
+  return s.sampler.sample_in_place(logits_);
 }
 
 }  // namespace kite
