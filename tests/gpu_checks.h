@@ -1,6 +1,7 @@
 // What every GPU backend is held to against the CPU (test_cuda.cpp, test_vulkan.cpp): greedy
 // output of the F16 test models equal to the CPU's except at near-ties, GGUF perplexity within
-// 0.5% of llama.cpp's, and a sequence's greedy tokens independent of what shares its batch.
+// 0.5% of llama.cpp's, a sequence's greedy tokens independent of what shares its batch, and
+// rows reduced (top k, draws) on the device sampling to the tokens of whole rows.
 #pragma once
 
 #include <doctest/doctest.h>
@@ -13,6 +14,7 @@
 
 #include "src/runtime/context.h"
 #include "src/runtime/perplexity.h"
+#include "src/runtime/scheduler.h"
 #include "tests/test_models.h"
 #include "tests/testdata.h"
 
@@ -208,8 +210,9 @@ inline void check_top_k_outputs(const std::string& device) {
   std::vector<BatchToken> batch;
   for (int32_t s = 0; s < 3; ++s)
     for (int32_t i = 0; i < 5 + s; ++i) batch.push_back({(i * 37 + s * 11 + 5) % n_vocab, s, i + 1 == 5 + s});
-  // Where the device draws (CUDA; not Vulkan), each output also draws a token at temperature 0.9.
-  const bool draws = top->supports_top_k(true);
+  // Each output also draws a token at temperature 0.9 (every backend draws).
+  REQUIRE(top->supports_top_k(true));
+  const bool draws = true;
   std::vector<RowDraw> draw(3);
   for (int step = 0; step < 5; ++step) {
     for (size_t o = 0; o < draw.size(); ++o) draw[o] = {0.9f, 0.1 + 0.35 * static_cast<double>(o) + 0.02 * step};
@@ -255,6 +258,59 @@ inline void check_top_k_outputs(const std::string& device) {
     }
     CHECK_FALSE(top->fetch_logits(top->n_outputs()).ok());  // (no such output)
   }
+}
+
+// The scheduler on `device`, requests of every kind together (the OpenAI API's plain
+// temperature sampling drawn on the device, top-p fetched where the top 64 fall short, top-k,
+// greedy, penalties beside them whole): the tokens of the same run with whole rows sampled on
+// the host (the same logits; a draw could differ only for a target at a boundary: improbable).
+inline void check_scheduler_rows(const std::string& device) {
+  const LoadedModel& l = load_model("gguf/llama-draft-Q4_K_M.gguf");
+  auto run = [&](int32_t top_k_outputs, StepInfo* sum) {
+    auto ctx = make_device_ctx(l, device, 512, 6);
+    SchedulerOptions so;
+    so.top_k_outputs = top_k_outputs;
+    so.on_step = [sum](const StepInfo& i) {
+      sum->top_k = std::max(sum->top_k, i.top_k);
+      sum->device_draws += i.device_draws, sum->whole_rows += i.whole_rows, sum->fetched_rows += i.fetched_rows;
+    };
+    Scheduler s(*ctx, l.tok, so);
+    std::vector<std::vector<int32_t>> tokens(6);
+    const char* prompts[] = {"The king said", "Once upon a time", "Hello there, my friend", "The river", "In the morning",
+                             "She opened the door"};
+    for (int i = 0; i < 6; ++i) {
+      Request r;
+      r.prompt = l.tok->encode(prompts[i], EncodeOptions{});
+      r.params.max_tokens = 20;
+      r.params.ignore_eos = true;
+      SamplerParams& p = r.params.sampling;
+      p.seed = 10 + static_cast<uint64_t>(i);
+      if (i < 3) p.temperature = 1.f, p.top_k = 0, p.top_p = 1.f, p.min_p = 0.f;  // the OpenAI API's defaults
+      if (i == 1) p.n_logprobs = 2;
+      if (i == 3) p.top_k = 0, p.top_p = 0.9f, p.min_p = 0.f;  // top-p alone
+      if (i == 4) p.temperature = 0.f;
+      if (i == 5) p.repeat_penalty = 0.9f;  // (raises logits: whole rows)
+      r.on_event = [&tokens, i](const StreamEvent& e) {
+        if (e.token >= 0) tokens[static_cast<size_t>(i)].push_back(e.token);
+      };
+      REQUIRE(s.submit(std::move(r)).ok());
+    }
+    REQUIRE(s.run_until_idle().ok());
+    return tokens;
+  };
+  StepInfo top, whole;
+  const auto a = run(64, &top), b = run(0, &whole);
+  for (size_t i = 0; i < a.size(); ++i) {
+    INFO(device, " request ", i);
+    CHECK(a[i].size() == 20);
+    CHECK(a[i] == b[i]);
+  }
+  CHECK(top.top_k == 64);
+  CHECK(top.device_draws > 20);  // (3 requests x 19 decode steps)
+  CHECK(top.whole_rows > 10);
+  CHECK(whole.top_k == 0);
+  MESSAGE(device, ": ", top.device_draws, " rows drawn on the device, ", top.whole_rows, " whole beside them, ",
+          top.fetched_rows, " fetched after");
 }
 
 }  // namespace kite::test

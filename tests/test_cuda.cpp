@@ -147,6 +147,11 @@ TEST_CASE("cuda: steps that bring back each row's top 64 logits (and some whole 
   check_top_k_outputs("cuda");
 }
 
+TEST_CASE("cuda: the scheduler's rows drawn on the device, fetched or whole give the host's tokens") {
+  if (!have_gpu("scheduler rows")) return;
+  check_scheduler_rows("cuda");
+}
+
 TEST_CASE("cuda: contexts on one model share one copy of its weights on the GPU") {
   if (!have_gpu("shared weights")) return;
 #ifdef KITE_CUDA

@@ -100,6 +100,10 @@ TEST_CASE("model: bad token ids and a full context are errors, not crashes") {
   CHECK((*ctx)->eval(ok).ok());
 }
 
+TEST_CASE("model: the scheduler's rows drawn by the CPU backend, fetched or whole give the host's tokens") {
+  check_scheduler_rows("cpu");
+}
+
 TEST_CASE("model: steps that bring back each row's top 64 logits (and some whole rows) match whole rows on the CPU") {
   check_top_k_outputs("cpu");
   // Whole rows beside the top k must name outputs, in order, and need top-k outputs.

@@ -165,6 +165,11 @@ TEST_CASE("vulkan: steps that bring back each row's top 64 logits (and some whol
   check_top_k_outputs("vulkan");
 }
 
+TEST_CASE("vulkan: the scheduler's rows drawn on the device, fetched or whole give the host's tokens") {
+  if (!have_vulkan("scheduler rows")) return;
+  check_scheduler_rows("vulkan");
+}
+
 TEST_CASE("vulkan: contexts on one model share one copy of its weights on the device") {
   if (!have_vulkan("shared weights")) return;
   check_shared_weights("vulkan", mirrored_bytes);

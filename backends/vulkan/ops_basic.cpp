@@ -47,9 +47,10 @@ static_assert(offsetof(RmsNormPush, w) == 64 && offsetof(RmsNormPush, eps) == 80
 
 struct TopKPush {
   Rows dst, a;
+  uint64_t draw = 0;
   uint32_t ne0 = 0, n_rows = 0, k = 0, lse = 0;
 };
-static_assert(offsetof(TopKPush, ne0) == 64 && sizeof(TopKPush) <= kMaxPush);
+static_assert(offsetof(TopKPush, draw) == 64 && offsetof(TopKPush, ne0) == 72 && sizeof(TopKPush) <= kMaxPush);
 
 struct RopePush {
   uint64_t src = 0, dst = 0, pos = 0, ff = 0;
@@ -215,6 +216,9 @@ Status run_top_k(Stream& s, Tensor* n) {
   p.n_rows = static_cast<uint32_t>(a->n_rows());
   p.k = static_cast<uint32_t>(n->params.i[0]);
   p.lse = n->params.i[1] != 0 ? 1u : 0u;
+  if (n->src[1] != nullptr) {
+    KITE_ASSIGN_OR_RETURN(p.draw, s.address(n->src[1]));
+  }
   return s.dispatch("top_k", p, p.n_rows);
 }
 
@@ -280,8 +284,14 @@ bool basic_supported(const Tensor& n) {
     }
     case Op::kRope:
       return rope_supported(n);
-    case Op::kTopK:  // (not the draw: the CUDA and CPU kernels sum its weights in double)
-      return n.src[1] == nullptr && f32_rows(n.src[0]) && n.params.i[0] >= 1 && n.params.i[0] <= kMaxTopK;
+    case Op::kTopK: {
+      const Tensor* a = n.src[0];
+      const Tensor* d = n.src[1];  // the draws: I32 [4, rows], dense (16 bytes a row); the row's
+                                   // integer weights must fit (top_k.comp)
+      const bool draws_ok = d == nullptr || (d->type == DType::I32 && d->ne[0] == 4 && d->n_rows() == a->n_rows() &&
+                                             d->is_contiguous() && a->ne[0] <= (int64_t{1} << 19));
+      return draws_ok && f32_rows(a) && n.params.i[0] >= 1 && n.params.i[0] <= kMaxTopK;
+    }
     case Op::kCopy: {
       const Tensor* a = n.src[0];
       return a->ne[0] == n.ne[0] && a->n_rows() == n.n_rows() && convert_supported(a, &n, n.type);

@@ -144,12 +144,12 @@ struct SchedulerOptions {
   // those on the model's device (Op::kTopK; to the best one when every such row is greedy
   // without logprobs) and only they come back: at 64 sequences of a 128K vocabulary, 33 KB a
   // step instead of 33 MB, sampled in microseconds. Rows of plain temperature sampling (the
-  // OpenAI API's defaults: Sampler::draws_on_device) are drawn there too (CPU and CUDA
-  // backends). Rows of top-p and/or min-p without top-k come back as their top k too, and are
-  // fetched whole after the step only where the nucleus reaches past them
-  // (Sampler::may_sample_from_top, Context::fetch_logits). The other rows come back whole beside
-  // them, or every row does when those are most of the step. The tokens are the same (on a GPU, but for the rounding of a sum near a
-  // draw's boundary). 0: always whole rows.
+  // OpenAI API's defaults: Sampler::draws_on_device) are drawn there too. Rows of top-p or
+  // min-p without top-k, with a grammar, or with penalties that only lower logits come back as
+  // their top k too, and are fetched whole after the step only where the candidates reach past
+  // them (Sampler::may_sample_from_top, Context::fetch_logits). The other rows come back whole
+  // beside them, or every row does when those are most of the step. The tokens are the same
+  // (on a GPU, but for the rounding of a sum near a draw's boundary). 0: always whole rows.
   int32_t top_k_outputs = 64;
 };
 

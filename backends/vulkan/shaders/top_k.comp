@@ -2,7 +2,8 @@
 // the lower index first; NaN and -inf never), their indices as floats, and (pc.lse != 0) the
 // row's log-sum-exp: Graph::top_k. One workgroup per row, the CUDA kernel's algorithm
 // (backends/cuda/k_top_k.cu): a radix select of the k-th largest key a byte at a time, a gather
-// of the keys above it (and of ties, by index), a bitonic sort of the <= 128 candidates.
+// of the keys above it (and of ties, by index), a bitonic sort of the <= 128 candidates. With
+// a draw (pc.draw != 0), one more pass draws a token from the whole row (draw_token).
 #version 460
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
@@ -12,6 +13,7 @@ layout(local_size_x = 256) in;
 layout(push_constant, scalar) uniform P {
   Rows dst;
   Rows a;
+  uint64_t draw;  // I32 [4, n_rows] (pack_draw: T's float bits, 0, u's double bits); 0: no draw
   uint ne0;
   uint n_rows;
   uint k;    // 1..128
@@ -75,6 +77,84 @@ uint tree_sum_u(uint v) {
 }
 
 bool better(float va, int ia, float vb, int ib) { return va > vb || (va == vb && ia < ib); }
+
+// The draw's weights exp((x - max) / T) in (0, 1] as integers of 2^-44: exact sums in any order
+// (up to 2^19 entries of weight 1 fit in 63 bits). A weight under 2^-44 of the largest counts 0.
+const float kWeightScale = 17592186044416.0;  // 2^44
+shared uint64_t scan[kThreads];
+shared int drawn_at;
+
+uint64_t weight(float v, float m, float inv_t) { return uint64_t(exp((v - m) * inv_t) * kWeightScale); }
+
+// floor(a * b / 2^53) for a < 2^53, b < 2^63 (the 116-bit product in 32-bit pieces).
+uint64_t mul_shift53(uint64_t a, uint64_t b) {
+  const uint64_t mask = 0xffffffffUL;
+  const uint64_t a0 = a & mask, a1 = a >> 32, b0 = b & mask, b1 = b >> 32;
+  const uint64_t p00 = a0 * b0, p01 = a0 * b1, p10 = a1 * b0, p11 = a1 * b1;
+  const uint64_t mid = (p00 >> 32) + (p01 & mask) + (p10 & mask);
+  const uint64_t lo = (p00 & mask) | (mid << 32);
+  const uint64_t hi = p11 + (p01 >> 32) + (p10 >> 32) + (mid >> 32);
+  return (hi << 11) | (lo >> 53);
+}
+
+// Graph::top_k's draw (m = the row's largest allowed value), as the sampler's chain draws from
+// the whole row: the first index, in index order, whose running weight passes u * total. Each
+// invocation sums a contiguous chunk, a scan places the chunks, and the one whose chunk holds the
+// target walks it. The sums are exact, so the CUDA and CPU kernels' double sums can differ from
+// this only for a target within their rounding of a boundary. Writes the index and its logit.
+void draw_token(F32s x, uint n, float m, uint64_t words, F32s y, uint at) {
+  const uint tid = gl_LocalInvocationID.x;
+  I32s w = I32s(words);
+  const float t = intBitsToFloat(w.v[0]);
+  if (!(t > 0.0) || !(m > kNegInf)) {  // (uniform across the workgroup)
+    if (tid == 0u) {
+      y.v[at] = -1.0;
+      y.v[at + 1u] = kNegInf;
+    }
+    return;
+  }
+  // u in [0, 1) as u53 / 2^53 (exact for the sampler's uniforms: 53 random bits)
+  const uint64_t bits = (uint64_t(uint(w.v[3])) << 32) | uint64_t(uint(w.v[2]));
+  const uint e = uint(bits >> 52) & 0x7ffu;
+  const uint64_t mant = (bits & 0xfffffffffffffUL) | (1UL << 52);
+  const uint64_t u53 = e == 0u || e > 1022u ? 0UL : 1022u - e < 64u ? mant >> (1022u - e) : 0UL;
+  const float inv_t = 1.0 / t;
+  const uint per = (n + kThreads - 1u) / kThreads, begin = min(n, per * tid), end = min(n, begin + per);
+  uint64_t local = 0UL;
+  for (uint i = begin; i < end; ++i) {
+    const float v = x.v[i];
+    if (v > kNegInf) local += weight(v, m, inv_t);  // (NaN and -inf: never)
+  }
+  barrier();
+  scan[tid] = local;
+  if (tid == 0u) drawn_at = -1;
+  barrier();
+  for (uint off = 1u; off < kThreads; off <<= 1) {  // inclusive scan
+    const uint64_t add = tid >= off ? scan[tid - off] : 0UL;
+    barrier();
+    scan[tid] += add;
+    barrier();
+  }
+  const uint64_t total = scan[kThreads - 1u], start = scan[tid] - local;
+  const uint64_t target = mul_shift53(u53, total);  // < total
+  if (local > 0UL && start <= target && target < start + local) {
+    uint64_t acc = start;
+    for (uint i = begin; i < end; ++i) {
+      const float v = x.v[i];
+      if (!(v > kNegInf)) continue;
+      acc += weight(v, m, inv_t);
+      if (target < acc) {
+        drawn_at = int(i);
+        break;
+      }
+    }
+  }
+  barrier();
+  if (tid == 0u) {
+    y.v[at] = float(drawn_at);
+    y.v[at + 1u] = drawn_at >= 0 ? x.v[drawn_at] : kNegInf;
+  }
+}
 
 void main() {
   const uint r = group_index();
@@ -206,4 +286,5 @@ void main() {
     y.v[k + j] = have ? float(cand_i[j]) : -1.0;
   }
   if (tid == 0u) y.v[2u * k] = lse;
+  if (pc.draw != 0UL) draw_token(x, n, kk > 0u ? cand_v[0] : kNegInf, pc.draw + uint64_t(r) * 16UL, y, 2u * k + 1u);
 }
