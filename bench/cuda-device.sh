@@ -244,8 +244,9 @@ for m in $models; do
     done
     # Sampling on the device (the top_k op: each row's best logits, or a draw from the whole row)
     # against whole rows of logits sampled on the host, at 64 sequences of a 128K vocabulary:
-    # greedy, then the OpenAI API's default sampling, without and with logprobs.
-    for sampling in "" --openai-sampling "--openai-sampling --logprobs 5"; do
+    # greedy, then the OpenAI API's default sampling, without and with logprobs, then top-p 0.9
+    # (a synthetic model's flat rows pass the 64 nearly always: every row fetched, the worst case).
+    for sampling in "" --openai-sampling "--openai-sampling --logprobs 5" "--openai-sampling --top-p 0.9"; do
       for top in 64 0; do
         run_step "llama-1b q4_K_M x64 ${sampling:-greedy} --top-k-outputs $top" 30 "$bin/kite" bench \
           --device "$device" --synthetic llama-1b --type q4_K_M --parallel 64 -p 64 -n 32 --top-k-outputs "$top" \

@@ -44,6 +44,17 @@ TopRow top_of(const std::vector<float>& x, int k) {
   return t;
 }
 
+// The chosen token's logprob and the top logprobs a whole row's sample gave (up to the rounding
+// of the log-sum-exp).
+void check_same_logprobs(const Sampler& whole, const Sampler& top) {
+  CHECK(std::abs(whole.chosen_logprob() - top.chosen_logprob()) < 1e-5f);
+  REQUIRE(whole.top_logprobs().size() == top.top_logprobs().size());
+  for (size_t j = 0; j < top.top_logprobs().size(); ++j) {
+    CHECK(whole.top_logprobs()[j].token == top.top_logprobs()[j].token);
+    CHECK(std::abs(whole.top_logprobs()[j].logprob - top.top_logprobs()[j].logprob) < 1e-5f);
+  }
+}
+
 }  // namespace
 
 TEST_CASE("sampler: sampling from a row's top k gives the whole row's tokens and logprobs") {
@@ -80,14 +91,7 @@ TEST_CASE("sampler: sampling from a row's top k gives the whole row's tokens and
       const int32_t a = whole.sample(x);
       const int32_t b = top.sample_top(top_of(x, k).view());
       REQUIRE(a == b);
-      if (v.p.n_logprobs > 0) {
-        CHECK(std::abs(whole.chosen_logprob() - top.chosen_logprob()) < 1e-5f);
-        REQUIRE(whole.top_logprobs().size() == top.top_logprobs().size());
-        for (size_t j = 0; j < top.top_logprobs().size(); ++j) {
-          CHECK(whole.top_logprobs()[j].token == top.top_logprobs()[j].token);
-          CHECK(std::abs(whole.top_logprobs()[j].logprob - top.top_logprobs()[j].logprob) < 1e-5f);
-        }
-      }
+      if (v.p.n_logprobs > 0) check_same_logprobs(whole, top);
       whole.accept(a);
       top.accept(b);
     }
@@ -173,12 +177,7 @@ TEST_CASE("sampler: what the top k cannot settle alone, sample_top() says, havin
         ++from_top, ++variant_from_top;
       }
       REQUIRE(a == b);
-      if (v.p.n_logprobs > 0) {
-        CHECK(std::abs(whole.chosen_logprob() - top.chosen_logprob()) < 1e-5f);
-        REQUIRE(whole.top_logprobs().size() == top.top_logprobs().size());
-        for (size_t j = 0; j < top.top_logprobs().size(); ++j)
-          CHECK(whole.top_logprobs()[j].token == top.top_logprobs()[j].token);
-      }
+      if (v.p.n_logprobs > 0) check_same_logprobs(whole, top);
       whole.accept(a);
       top.accept(b);
     }
@@ -209,12 +208,7 @@ TEST_CASE("sampler: a token drawn on the device comes with the logprobs of the w
     v.drawn_logit = x[static_cast<size_t>(a)];
     outside += std::find(t.ids.begin(), t.ids.end(), static_cast<float>(a)) == t.ids.end() ? 1 : 0;
     REQUIRE(device.take_drawn(v) == a);
-    CHECK(std::abs(whole.chosen_logprob() - device.chosen_logprob()) < 1e-5f);
-    REQUIRE(whole.top_logprobs().size() == device.top_logprobs().size());
-    for (size_t j = 0; j < device.top_logprobs().size(); ++j) {
-      CHECK(whole.top_logprobs()[j].token == device.top_logprobs()[j].token);
-      CHECK(std::abs(whole.top_logprobs()[j].logprob - device.top_logprobs()[j].logprob) < 1e-5f);
-    }
+    check_same_logprobs(whole, device);
     whole.accept(a);
     device.accept(a);
   }
