@@ -518,38 +518,54 @@ void chi_square(const std::vector<TokenProb>& p, const std::map<int32_t, int64_t
 
 TEST_CASE("speculative: sampled proposals verified from each row's top 64 logits give the tokens of whole rows") {
   // llama.cpp's sampling defaults (top-k 40: the rows' top 64 hold the whole distribution),
-  // seeded, with logprobs; proposals from a draft model and from n-gram lookup.
+  // seeded, with logprobs; proposals from a draft model and from n-gram lookup. N-gram proposals
+  // are verified by the rows' own samples, so their rows also come back as draws made on the
+  // device (the OpenAI API's defaults) and as top logits fetched whole where needed (top-p).
   const auto ps = prompts(6);
-  GenerationParams gp;
-  gp.sampling.n_logprobs = 2;
-  gp.max_tokens = 32;
-  gp.ignore_eos = true;
+  GenerationParams llama;
+  llama.sampling.n_logprobs = 2;
+  llama.max_tokens = 32;
+  llama.ignore_eos = true;
+  GenerationParams openai = llama;
+  openai.sampling.temperature = 1.f, openai.sampling.top_k = 0, openai.sampling.top_p = 1.f, openai.sampling.min_p = 0.f;
+  GenerationParams top_p = openai;
+  top_p.sampling.top_p = 0.9f, top_p.sampling.n_logprobs = 0;
   auto target = make_context(engine().target, 6);
   auto draft = make_context(engine().draft, 6);
-  for (SpecMode mode : {SpecMode::kDraft, SpecMode::kNgram}) {
-    CAPTURE(spec_mode_name(mode));
+  struct Case {
+    const char* what;
+    SpecMode mode;
+    const GenerationParams& gp;
+  };
+  for (const Case& c : {Case{"draft model, top-k 40", SpecMode::kDraft, llama}, Case{"n-gram, top-k 40", SpecMode::kNgram, llama},
+                        Case{"n-gram, plain temperature", SpecMode::kNgram, openai},
+                        Case{"n-gram, top-p 0.9", SpecMode::kNgram, top_p}}) {
+    CAPTURE(std::string(c.what));
     SchedulerOptions so;
-    so.speculative.mode = mode;
+    so.speculative.mode = c.mode;
     so.speculative.adaptive = false;
     so.speculative.p_min = 0.f;
-    int top_steps = 0, other_steps = 0;  // steps with proposals
+    int top_steps = 0, other_steps = 0, drawn = 0;  // steps with proposals
     so.on_step = [&](const StepInfo& info) {
       if (info.drafted == 0) return;
       (info.top_k == 64 && info.whole_rows == 0 ? top_steps : other_steps) += 1;
+      drawn += info.device_draws;
     };
-    Context* d = mode == SpecMode::kDraft ? draft.get() : nullptr;
-    const Run top = run_all(*target, d, ps, so, gp);
+    Context* d = c.mode == SpecMode::kDraft ? draft.get() : nullptr;
+    const Run top = run_all(*target, d, ps, so, c.gp);
     CHECK(top_steps > 0);
     CHECK(other_steps == 0);
+    if (&c.gp == &openai) CHECK(drawn > 0);
     SchedulerOptions whole_rows = so;
     whole_rows.top_k_outputs = 0;
     whole_rows.on_step = nullptr;
-    const Run whole = run_all(*target, d, ps, whole_rows, gp);
+    const Run whole = run_all(*target, d, ps, whole_rows, c.gp);
     for (size_t i = 0; i < ps.size(); ++i) {
       INFO("prompt ", i);
       CHECK(top.tokens[i] == whole.tokens[i]);
       REQUIRE(top.logprobs[i].size() == whole.logprobs[i].size());
-      for (size_t j = 0; j < top.logprobs[i].size(); ++j) CHECK(std::abs(top.logprobs[i][j] - whole.logprobs[i][j]) < 1e-4f);
+      if (c.gp.sampling.n_logprobs > 0)
+        for (size_t j = 0; j < top.logprobs[i].size(); ++j) CHECK(std::abs(top.logprobs[i][j] - whole.logprobs[i][j]) < 1e-4f);
     }
     CHECK(top.stats.drafted > 0);
     CHECK(top.stats.accepted < top.stats.drafted);

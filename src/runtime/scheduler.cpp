@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <limits>
 #include <optional>
 
 #include "src/runtime/grammar/grammar.h"
@@ -521,40 +522,49 @@ Status Scheduler::draft_step(int64_t* budget) {
 // the accepted tokens plus one more (a replacement or the bonus), then rolls the KV back.
 void Scheduler::verify(Seq& s, size_t row, int32_t n_draft) {
   const bool greedy = s.sampler.params().temperature <= 0.f;
+  // N-gram proposals are certain (one-hot q): the row's own sample is exactly the rejection
+  // rule's outcome (accepted with probability p(x); else drawn from p without x), so their rows
+  // sample as any row does (drawn on the device, from the top k, fetched). A draft model's
+  // proposals need the rows' distributions.
+  const bool one_hot = s.draft.q.empty();
   const int64_t first = s.computed;  // the pending token's position
-  int32_t accepted = 0;
+  int32_t accepted = 0, sampled = 0;
   for (int32_t j = 0; j <= n_draft && !s.done; ++j) {
     const bool bonus = j == n_draft;
     const int32_t x = bonus ? -1 : s.draft.tokens[static_cast<size_t>(j)];
+    const size_t r = row + static_cast<size_t>(j);
     int32_t token = -1;
     bool ok = false;
-    // The row's top logits (step_top_k: greedy or a top-k, without a grammar or penalties), or
-    // the whole row.
-    const size_t r = row + static_cast<size_t>(j);
-    const bool from_top = top_k_.k > 0 && !ctx_.has_logits(r);
-    const TopLogits top = from_top ? ctx_.top_logits(r) : TopLogits{};
-    if (!from_top) {
-      const std::span<const float> l = ctx_.logits(r);
-      logits_.assign(l.begin(), l.end());
-      if (s.grammar) s.grammar->apply(logits_);
-    }
-    if (greedy) {
-      token = from_top ? s.sampler.sample_top(top) : s.sampler.sample_in_place(logits_);
-      ok = !bonus && token == x;
-    } else if (from_top ? s.sampler.distribution_from_top(top, dist_) : s.sampler.distribution_in_place(logits_, dist_)) {
-      if (bonus) {
-        token = s.sampler.draw(dist_);
-      } else {
-        const std::span<const TokenProb> q = s.draft.q.empty()
-                                                 ? std::span<const TokenProb>()
-                                                 : std::span<const TokenProb>(s.draft.q[static_cast<size_t>(j)]);
-        const double u_accept = s.sampler.uniform(), u_draw = s.sampler.uniform();
-        const Verdict v = verify_proposal(dist_, x, q, u_accept, u_draw, scratch_);
-        token = v.token;
-        ok = v.accepted;
+    if (greedy || one_hot) {
+      auto t = sample_output(s, r);
+      if (!t) {
+        finish(s, FinishReason::kError, t.error().message);
+        break;
       }
-      if (from_top) s.sampler.set_chosen(token, top);
-      else s.sampler.set_chosen(token, logits_);
+      token = *t;
+      ok = !bonus && token == x;
+      ++sampled;
+    } else {
+      // The row's top logits (step_top_k: a top-k, without a grammar or penalties), or the whole row.
+      const bool from_top = top_k_.k > 0 && !ctx_.has_logits(r);
+      const TopLogits top = from_top ? ctx_.top_logits(r) : TopLogits{};
+      if (!from_top) {
+        const std::span<const float> l = ctx_.logits(r);
+        logits_.assign(l.begin(), l.end());
+        if (s.grammar) s.grammar->apply(logits_);
+      }
+      if (from_top ? s.sampler.distribution_from_top(top, dist_) : s.sampler.distribution_in_place(logits_, dist_)) {
+        if (bonus) {
+          token = s.sampler.draw(dist_);
+        } else {
+          const double u_accept = s.sampler.uniform(), u_draw = s.sampler.uniform();
+          const Verdict v = verify_proposal(dist_, x, s.draft.q[static_cast<size_t>(j)], u_accept, u_draw, scratch_);
+          token = v.token;
+          ok = v.accepted;
+        }
+        if (from_top) s.sampler.set_chosen(token, top);
+        else s.sampler.set_chosen(token, logits_);
+      }
     }
     if (token < 0) {
       finish(s, FinishReason::kError, "no token is allowed (the grammar and the logit bias exclude them all)");
@@ -563,6 +573,11 @@ void Scheduler::verify(Seq& s, size_t row, int32_t n_draft) {
     if (!emit(s, token) || !ok) break;
     ++accepted;
   }
+  // Plain temperature sampling takes a uniform for every row, used or not: a step that draws the
+  // rows on the device took them all before it (step_top_k).
+  const bool drawn = !draws_.empty() && draws_[row].temperature > 0.f;
+  if (one_hot && !drawn && s.sampler.draws_on_device(std::numeric_limits<int32_t>::max(), ctx_.model().hparams().n_vocab))
+    for (; sampled <= n_draft; ++sampled) (void)s.sampler.uniform();
   stats_.drafted += n_draft;
   stats_.accepted += accepted;
   s.acceptance.record(n_draft, accepted);

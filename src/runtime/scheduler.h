@@ -197,6 +197,9 @@ class Scheduler {
   void finish(Seq& s, FinishReason reason, const std::string& error = {});
   // Samples the step's output `row` for `s` (unless presample() did) and emits the token.
   void emit_token(Seq& s, size_t row);
+  // The token for the step's output `row`: drawn on the device, from its top logits (the row
+  // fetched when they do not settle it) or from the whole row; -1 when nothing is allowed.
+  Result<int32_t> sample_output(Seq& s, size_t row);
   // The token from a whole row: masked by the sequence's grammar (on a copy), then sampled.
   int32_t sample_row(Seq& s, std::span<const float> logits);
   OutputTopK step_top_k();

@@ -13,13 +13,14 @@ namespace kite {
 // one when all are greedy without logprobs, else top_k_outputs: two sizes, few graphs), and
 // plain draws from whole rows are made there (draws_: one per output row, with uniforms taken
 // from the rows' RNGs now, where the chain would take them after the step); speculative
-// proposals are verified from them too. Rows whose sampler may find its candidates among them
+// proposals are verified from them too (n-gram ones by the rows' own samples, so any way a row
+// samples serves them). Rows whose sampler may find its candidates among them
 // (Sampler::may_sample_from_top: top-p or min-p alone, a grammar, penalties that only lower
 // logits) come back as their top logits as well, and the few whose candidates reach past them
-// are fetched after the step (emit_token). Rows that need their whole logits (logprobs with a
-// grammar or penalties, a proposal at plain temperature, a prompt about to fork whose choices
-// draw) come back whole beside them (whole_rows_), unless they are most of the step: then every
-// row does.
+// are fetched after the step (sample_output). Rows that need their whole logits (logprobs with a
+// grammar or penalties, a draft model's proposal beyond a top-k, a prompt about to fork whose
+// choices draw) come back whole beside them (whole_rows_), unless they are most of the step:
+// then every row does.
 OutputTopK Scheduler::step_top_k() {
   draws_.clear();
   whole_rows_.clear();
@@ -38,14 +39,16 @@ OutputTopK Scheduler::step_top_k() {
     RowsFrom from = RowsFrom::kTop;  // (also for no row, or a finished sequence's)
     if (n_rows > 0 && !s->done) {
       const bool grammar = s->grammar.has_value();
+      // Rows verified by their own sample (n-gram proposals: verify) sample like any row; a draft
+      // model's proposals need the rows' distributions.
+      const bool one_hot = c.n_draft == 0 || s->draft.q.empty();
       if (!grammar && s->sampler.samples_from_top(opts_.top_k_outputs, n_vocab)) {
         if (p.temperature > 0.f || p.n_logprobs > 0) top.k = opts_.top_k_outputs;
         top.log_sum_exp |= p.n_logprobs > 0;
-      } else if (c.n_draft == 0 && s->sampler.may_sample_from_top(opts_.top_k_outputs, n_vocab, grammar)) {
+      } else if (one_hot && s->sampler.may_sample_from_top(opts_.top_k_outputs, n_vocab, grammar)) {
         top.k = opts_.top_k_outputs;  // (the row is fetched if the top k are not enough)
         top.log_sum_exp |= p.n_logprobs > 0 || p.temperature > 0.f;
-      } else if (!grammar && c.n_draft == 0 && draws_supported_ &&
-                 s->sampler.draws_on_device(opts_.top_k_outputs, n_vocab) &&
+      } else if (!grammar && one_hot && draws_supported_ && s->sampler.draws_on_device(opts_.top_k_outputs, n_vocab) &&
                  (s->job->req.params.n == 1 || s->job->forked)) {  // (a prompt about to fork: one row, n draws)
         from = RowsFrom::kDraw;
         draw = true;
@@ -68,12 +71,10 @@ OutputTopK Scheduler::step_top_k() {
   for (size_t i = 0; i < chunks_.size(); ++i) {  // one entry per output row, as step() walks them
     const Chunk& c = chunks_[i];
     Seq* s = c.seq;
-    if (c.n_draft > 0) {
-      draws_.resize(draws_.size() + static_cast<size_t>(c.n_draft) + 1);
-    } else if (s->computed + c.n == static_cast<int64_t>(s->tokens.size())) {
-      const bool here = chunk_rows_[i] == RowsFrom::kDraw;
+    const bool here = chunk_rows_[i] == RowsFrom::kDraw;
+    const int32_t n_rows = c.n_draft > 0 ? c.n_draft + 1 : s->computed + c.n == static_cast<int64_t>(s->tokens.size());
+    for (int32_t j = 0; j < n_rows; ++j)  // (proposals: a uniform for every row, used or not: verify)
       draws_.push_back(here ? RowDraw{s->sampler.params().temperature, s->sampler.uniform()} : RowDraw{});
-    }
   }
   top.draws = draws_;
   return top;
@@ -119,32 +120,31 @@ void Scheduler::emit_token(Seq& s, size_t row) {
     token = presampled_[presampled_next_++].token;
   } else if (s.done) {
     return;
-  } else if (top_k_.k > 0 && !ctx_.has_logits(row)) {
-    const TopLogits top = ctx_.top_logits(row);
-    if (!draws_.empty() && draws_[row].temperature > 0.f)
-      token = s.sampler.take_drawn(top);
-    else if (!s.grammar)
-      token = s.sampler.sample_top(top);
-    else
-      token = s.sampler.sample_top(top, [&s](int32_t t) { return s.grammar->accepts(t); });
-    if (token == Sampler::kNeedsRow) {  // (the candidates reach past the top k)
-      auto logits = ctx_.fetch_logits(row);
-      if (!logits) {
-        finish(s, FinishReason::kError, logits.error().message);
-        return;
-      }
-      token = sample_row(s, *logits);
-      ++fetched_rows_;
-    }
   } else {
-    token = sample_row(s, ctx_.logits(row));
+    auto sampled = sample_output(s, row);
+    if (!sampled) {
+      finish(s, FinishReason::kError, sampled.error().message);
+      return;
+    }
+    token = *sampled;
   }
-  if (s.done) return;
   if (token < 0) {
     finish(s, FinishReason::kError, "no token is allowed (the grammar and the logit bias exclude them all)");
     return;
   }
   emit(s, token);
+}
+
+Result<int32_t> Scheduler::sample_output(Seq& s, size_t row) {
+  if (top_k_.k == 0 || ctx_.has_logits(row)) return sample_row(s, ctx_.logits(row));
+  const TopLogits top = ctx_.top_logits(row);
+  if (!draws_.empty() && draws_[row].temperature > 0.f) return s.sampler.take_drawn(top);
+  const int32_t token = s.grammar ? s.sampler.sample_top(top, [&s](int32_t t) { return s.grammar->accepts(t); })
+                                  : s.sampler.sample_top(top);
+  if (token != Sampler::kNeedsRow) return token;
+  KITE_ASSIGN_OR_RETURN(const std::span<const float> logits, ctx_.fetch_logits(row));  // (past the top k)
+  ++fetched_rows_;
+  return sample_row(s, logits);
 }
 
 int32_t Scheduler::sample_row(Seq& s, std::span<const float> logits) {
