@@ -235,8 +235,20 @@ TEST_CASE("sampler: the default chain, with and without top-k, on a 1000-token v
   check(p);
 }
 
-TEST_CASE("sampler: a nucleus that closes within the best 64 tokens, on a 1000-token vocabulary") {
+TEST_CASE("sampler: a nucleus that closes within the best 64 or 1024 tokens") {
   // (Found by a heap over the row rather than by sorting every candidate: the same tokens.)
+  // 1024: 300 likely tokens of 3000, the nucleus ~270 of them.
+  std::vector<float> wide(3000, -6.f);
+  for (size_t i = 0; i < 300; ++i) wide[i * 10 + 1] = 0.25f * std::sin(static_cast<float>(i) * 0.7f);
+  SamplerParams q;
+  q.top_k = 0, q.top_p = 0.9f, q.min_p = 0.f, q.temperature = 1.f;
+  SamplerParams q_wrong = q;
+  q_wrong.top_p = 0.6f;
+  const auto q_right = expected_dist(to_double(wide), q);
+  CHECK(support(q_right) > 200);
+  CHECK(support(q_right) < 300);
+  check_distribution(q, wide, q_right, expected_dist(to_double(wide), q_wrong), 60000);
+  // 64, on a 1000-token vocabulary.
   std::vector<float> logits(1000, -4.f);
   for (size_t i = 0; i < 20; ++i) logits[i * 37 + 3] = 3.f + 0.1f * std::cos(static_cast<float>(i));
   logits[500] = 3.05f;  // (a tie with a head token would sort by id)

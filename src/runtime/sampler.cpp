@@ -282,28 +282,30 @@ float Sampler::filter_candidates(std::span<const float> logits) {
     // Most nuclei close within the best few tokens: find those with one pass of a small heap
     // rather than listing every candidate for apply_top_p() to sort (which would keep the same
     // prefix of the same order).
-    constexpr size_t kProbe = 64;
-    select_top_k(logits, kProbe, cand_);
     const double target = static_cast<double>(params_.top_p) * z;
-    double cum = 0.0;
-    size_t kept = 0;
-    bool closed = cand_.size() < kProbe;  // (every allowed token is here)
-    for (; kept < cand_.size(); ++kept) {
-      if (cand_[kept].first < cut) {  // (min-p's cut: the rest fall under it too)
-        closed = true;
-        break;
+    for (const size_t probe : {size_t{64}, size_t{1024}}) {
+      if (probe >= n) break;
+      select_top_k(logits, probe, cand_);
+      double cum = 0.0;
+      size_t kept = 0;
+      bool closed = cand_.size() < probe;  // (every allowed token is here)
+      for (; kept < cand_.size(); ++kept) {
+        if (cand_[kept].first < cut) {  // (min-p's cut: the rest fall under it too)
+          closed = true;
+          break;
+        }
+        cum += std::exp(cand_[kept].first - max_logit);  // (as apply_top_p() sums)
+        if (cum >= target) {
+          closed = true;
+          ++kept;
+          break;
+        }
       }
-      cum += std::exp(cand_[kept].first - max_logit);  // (as apply_top_p() sums)
-      if (cum >= target) {
-        closed = true;
-        ++kept;
-        break;
+      if (closed) {
+        cand_.resize(kept);
+        cand_sorted_ = true;
+        return filter_rest(max_logit, z);
       }
-    }
-    if (closed) {
-      cand_.resize(kept);
-      cand_sorted_ = true;
-      return filter_rest(max_logit, z);
     }
   }
   cand_.clear();
