@@ -100,7 +100,7 @@ class Context {
   bool has_logits(size_t i) const;
   // Output i's whole row after a top-k step, downloaded now from where the step left it (valid
   // until the next decode or fetch): for the row a sampler finds it needs only once it has seen
-  // the top k (top-p's nucleus reaching past them). logits(i) where has_logits(i).
+  // the top k (its candidates reaching past them). logits(i) where has_logits(i).
   Result<std::span<const float>> fetch_logits(size_t i);
   // Valid after a step with top_k.k > 0.
   TopLogits top_logits(size_t i) const;
