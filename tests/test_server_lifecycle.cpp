@@ -98,6 +98,30 @@ TEST_CASE("serve: a client that leaves a long /v1/embeddings request has the job
   CHECK(srv.stop() == 0);
 }
 
+TEST_CASE("serve: --log-steps prints each step and how its rows came back") {
+  ServerProcess srv(serve_args({"--parallel", "2", "--log-steps"}));
+  REQUIRE_MESSAGE(srv.ok(), srv.log());
+  httplib::Client c("127.0.0.1", srv.port());
+  auto complete = [&](json extra) {
+    json body = {{"prompt", "Once upon a time"}, {"max_tokens", 4}, {"ignore_eos", true}};
+    body.update(extra);
+    auto r = post(c, "/v1/completions", body);
+    REQUIRE(r);
+    CHECK(r->status == 200);
+  };
+  // One request at a time: greedy (each row's best logit), the OpenAI defaults (drawn where the
+  // logits are), a logit bias that raises a token (the whole row).
+  complete({{"temperature", 0}});
+  const std::string greedy = srv.log();
+  CHECK(greedy.find("kite serve: step ") != std::string::npos);
+  CHECK(greedy.find("rows: top 1\n") != std::string::npos);
+  complete(json::object());
+  CHECK(srv.log().find(", 1 drawn") != std::string::npos);
+  complete({{"logit_bias", {{"5", 3}}}});
+  CHECK(srv.log().find("rows: whole\n") != std::string::npos);
+  CHECK(srv.stop() == 0);
+}
+
 TEST_CASE("serve: /health is 503 with Retry-After while the model loads, then 200") {
   // The socket is bound (and its port printed) before the model is loaded. Loading the test model
   // (weights, tokenizer, chat template) and its warm-up step take 0.1-0.7 s here; /health is
