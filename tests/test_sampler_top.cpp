@@ -30,7 +30,8 @@ TopRow top_of(const std::vector<float>& x, int k) {
   std::vector<int32_t> idx;
   for (int32_t i = 0; i < static_cast<int32_t>(x.size()); ++i)
     if (x[static_cast<size_t>(i)] > -kInf) idx.push_back(i);
-  std::stable_sort(idx.begin(), idx.end(), [&](int32_t a, int32_t b) { return x[static_cast<size_t>(a)] > x[static_cast<size_t>(b)]; });
+  std::stable_sort(idx.begin(), idx.end(),
+                   [&](int32_t a, int32_t b) { return x[static_cast<size_t>(a)] > x[static_cast<size_t>(b)]; });
   TopRow t;
   double m = -kInf, z = 0;
   for (float v : x) m = std::max(m, static_cast<double>(v));
@@ -105,7 +106,7 @@ TEST_CASE("sampler: what the top k cannot settle alone, sample_top() says, havin
   // Top-p and min-p without top-k, a top-k above k, a grammar's mask, penalties and a logit bias
   // that lower logits: sample_top() gives the whole row's token where the candidates close within
   // the k best, and otherwise kNeedsRow: sample() on the (masked) row then gives the same.
-  const int k = 64, n_vocab = 5000;
+  const int n_vocab = 5000;
   std::mt19937 g(23);
   std::normal_distribution<float> normal(0.f, 2.5f);
   struct Variant {
@@ -145,46 +146,53 @@ TEST_CASE("sampler: what the top k cannot settle alone, sample_top() says, havin
       {"min-p 0.1, grammar and penalties", penalized(with(0.8f, 0, 1.f, 0.1f)), 30},
   };
   int from_top = 0, needs_row = 0;
-  for (const Variant& v : variants) {
-    INFO(v.what);
-    const bool masked = v.allowed_in_100 < 100;
-    Sampler whole(v.p), top(v.p);
-    REQUIRE(top.may_sample_from_top(k, n_vocab, masked));
-    int variant_from_top = 0;
-    for (int step = 0; step < 200; ++step) {
-      std::vector<float> x(n_vocab);
-      for (float& e : x) e = normal(g);
-      if (step % 4 == 0)  // a peaked row: the nucleus closes at once
-        x[static_cast<size_t>(step) % x.size()] = 20.f;
-      if (step % 3 == 0)  // ties at the cut, and banned tokens
-        for (size_t i = 0; i < x.size(); i += 7) x[i] = i % 2 ? 4.f : -kInf;
-      auto allowed = [&](int32_t t) { return (t * 7919 + step * 31) % 100 < v.allowed_in_100; };
-      std::vector<float> row = x;  // the row as the grammar masks it
-      if (masked)
-        for (size_t i = 0; i < row.size(); ++i)
-          if (!allowed(static_cast<int32_t>(i))) row[i] = -kInf;
-      const int32_t a = whole.sample_in_place(row);
-      const TopRow t = top_of(x, k);
-      int32_t b = masked ? top.sample_top(t.view(), allowed) : top.sample_top(t.view());
-      if (b == Sampler::kNeedsRow) {
-        ++needs_row;
-        row = x;
+  // k 64 (the scheduler's default), then 16 (--top-k-outputs 16: a top-k 40 passes the k).
+  for (const int k : {64, 16}) {
+    for (const Variant& v : variants) {
+      INFO(std::string(v.what), " k ", k);
+      const bool masked = v.allowed_in_100 < 100;
+      Sampler whole(v.p), top(v.p);
+      if (!top.may_sample_from_top(k, n_vocab, masked)) {
+        CHECK(k < 40);  // (top-k 40 alone needs 40)
+        continue;
+      }
+      int variant_from_top = 0;
+      for (int step = 0; step < 200; ++step) {
+        std::vector<float> x(n_vocab);
+        for (float& e : x) e = normal(g);
+        if (step % 4 == 0)  // a peaked row: the nucleus closes at once
+          x[static_cast<size_t>(step) % x.size()] = 20.f;
+        if (step % 3 == 0)  // ties at the cut, and banned tokens
+          for (size_t i = 0; i < x.size(); i += 7) x[i] = i % 2 ? 4.f : -kInf;
+        auto allowed = [&](int32_t t) { return (t * 7919 + step * 31) % 100 < v.allowed_in_100; };
+        std::vector<float> row = x;  // the row as the grammar masks it
         if (masked)
           for (size_t i = 0; i < row.size(); ++i)
             if (!allowed(static_cast<int32_t>(i))) row[i] = -kInf;
-        b = top.sample_in_place(row);
-      } else {
-        ++from_top, ++variant_from_top;
+        const int32_t a = whole.sample_in_place(row);
+        const TopRow t = top_of(x, k);
+        int32_t b = masked ? top.sample_top(t.view(), allowed) : top.sample_top(t.view());
+        if (b == Sampler::kNeedsRow) {
+          ++needs_row;
+          row = x;
+          if (masked)
+            for (size_t i = 0; i < row.size(); ++i)
+              if (!allowed(static_cast<int32_t>(i))) row[i] = -kInf;
+          b = top.sample_in_place(row);
+        } else {
+          ++from_top, ++variant_from_top;
+        }
+        REQUIRE(a == b);
+        if (v.p.n_logprobs > 0) check_same_logprobs(whole, top);
+        whole.accept(a);
+        top.accept(b);
       }
-      REQUIRE(a == b);
-      if (v.p.n_logprobs > 0) check_same_logprobs(whole, top);
-      whole.accept(a);
-      top.accept(b);
+      MESSAGE(std::string(v.what), ": ", variant_from_top, " of 200 from the top ", k);
+      if (k == 64) CHECK(variant_from_top > (v.allowed_in_100 < 10 ? 0 : 20));
     }
-    MESSAGE(std::string(v.what), ": ", variant_from_top, " of 200 from the top 64");
-    CHECK(variant_from_top > (v.allowed_in_100 < 10 ? 0 : 20));
   }
-  CHECK(needs_row > 300);
+  CHECK(from_top > 2000);
+  CHECK(needs_row > 600);
 }
 
 TEST_CASE("sampler: a token drawn on the device comes with the logprobs of the whole row") {
@@ -219,16 +227,18 @@ TEST_CASE("sampler: which parameters can sample from a row's top k") {
   auto ok = [](SamplerParams p, int k = 64, int n_vocab = 32000) { return Sampler(p).samples_from_top(k, n_vocab); };
   SamplerParams p;  // llama.cpp's defaults: top-k 40
   CHECK(ok(p));
-  CHECK_FALSE(ok(p, 32));  // top-k 40 > 32 candidates
+  CHECK_FALSE(ok(p, 32));      // top-k 40 > 32 candidates
   CHECK_FALSE(ok(p, 64, 40));  // top-k covers the whole vocabulary: the chain filters every token
-  p.top_k = 0;  // top-p alone may need the whole row
+  p.top_k = 0;                 // top-p alone may need the whole row
   CHECK_FALSE(ok(p));
   // Others may: sample_top() finds out (and says so when it cannot).
   auto may = [](SamplerParams q, bool grammar = false) { return Sampler(q).may_sample_from_top(64, 32000, grammar); };
   CHECK(may(p));
   for (auto change : std::vector<std::function<void(SamplerParams&)>>{
            [](SamplerParams& q) { q.frequency_penalty = 0.5f, q.presence_penalty = 0.2f, q.repeat_penalty = 1.1f; },
-           [](SamplerParams& q) { q.logit_bias = {{1, -1.f}, {2, -kInf}}; },
+           [](SamplerParams& q) {
+             q.logit_bias = {{1, -1.f}, {2, -kInf}};
+           },
            [](SamplerParams& q) { q.top_k = 100; },  // (with top-p or min-p)
            [](SamplerParams& q) { q.top_p = 1.f; }, [](SamplerParams& q) { q.min_p = 0.f; },
            [](SamplerParams& q) { q.temperature = 0.f, q.repeat_penalty = 1.3f; }}) {
@@ -238,12 +248,15 @@ TEST_CASE("sampler: which parameters can sample from a row's top k") {
     CHECK(may(q, true));  // (a grammar too)
   }
   for (auto change : std::vector<std::function<void(SamplerParams&)>>{
-           [](SamplerParams& q) { q.top_p = 1.f, q.min_p = 0.f; },               // plain temperature: drawn
+           [](SamplerParams& q) { q.top_p = 1.f, q.min_p = 0.f; },                 // plain temperature: drawn
            [](SamplerParams& q) { q.top_k = 100, q.top_p = 1.f, q.min_p = 0.f; },  // needs 100 candidates
-           [](SamplerParams& q) { q.top_k = 32000; },                             // the whole vocabulary
+           [](SamplerParams& q) { q.top_k = 32000; },                              // the whole vocabulary
            [](SamplerParams& q) { q.typical_p = 0.5f; }, [](SamplerParams& q) { q.n_logprobs = 65; },
            [](SamplerParams& q) { q.presence_penalty = -0.5f; },  // raises logits
-           [](SamplerParams& q) { q.repeat_penalty = 0.9f; }, [](SamplerParams& q) { q.logit_bias = {{1, 0.5f}}; },
+           [](SamplerParams& q) { q.repeat_penalty = 0.9f; },
+           [](SamplerParams& q) {
+             q.logit_bias = {{1, 0.5f}};
+           },
            [](SamplerParams& q) { q.frequency_penalty = 0.5f, q.n_logprobs = 1; }}) {  // (the row's lse changes)
     SamplerParams q = p;
     change(q);
@@ -253,7 +266,7 @@ TEST_CASE("sampler: which parameters can sample from a row's top k") {
   logprobs.n_logprobs = 2;
   CHECK(may(logprobs));
   CHECK_FALSE(may(logprobs, true));  // (a grammar's mask changes the log-sum-exp)
-  p.temperature = 0.f;  // greedy needs the best one only
+  p.temperature = 0.f;               // greedy needs the best one only
   CHECK(ok(p));
   p.n_logprobs = 65;
   CHECK_FALSE(ok(p));
@@ -281,7 +294,10 @@ TEST_CASE("sampler: which parameters can sample from a row's top k") {
            [](SamplerParams& q) { q.temperature = 0.f; }, [](SamplerParams& q) { q.top_p = 0.9f; },
            [](SamplerParams& q) { q.min_p = 0.05f; }, [](SamplerParams& q) { q.typical_p = 0.5f; },
            [](SamplerParams& q) { q.n_logprobs = 65; }, [](SamplerParams& q) { q.presence_penalty = 0.5f; },
-           [](SamplerParams& q) { q.logit_bias = {{1, -1.f}}; }, [](SamplerParams& q) { q.top_k = 40; }}) {
+           [](SamplerParams& q) {
+             q.logit_bias = {{1, -1.f}};
+           },
+           [](SamplerParams& q) { q.top_k = 40; }}) {
     SamplerParams q = plain;
     change(q);
     CHECK_FALSE(draws(q));
