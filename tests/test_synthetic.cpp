@@ -208,4 +208,12 @@ TEST_CASE("synthetic: a tiny q4_K_M model is built as planned and runs, in kite 
   const auto bad = run_kite({"bench", "--synthetic", "tiny", "--type", "q9_9", "-p", "0", "-n", "0"});
   CHECK(bad.exit_code == 2);
   CHECK(bad.err.find("unknown weight type 'q9_9'") != std::string::npos);
+  // --top-p sets the OpenAI-style requests' nucleus: alone it would be ignored, so it is refused.
+  const auto lone = run_kite({"bench", "--synthetic", "tiny", "--parallel", "2", "-p", "4", "-n", "2", "--top-p", "0.9"});
+  CHECK(lone.exit_code == 2);
+  CHECK(lone.err.find("--top-p requires --openai-sampling") != std::string::npos);
+  const auto top_p = run_kite(
+      {"bench", "--synthetic", "tiny", "--parallel", "2", "-p", "4", "-n", "2", "--openai-sampling", "--top-p", "0.9"});
+  REQUIRE_MESSAGE(top_p.exit_code == 0, top_p.err);
+  CHECK(top_p.err.find("steps brought back top-64 rows") != std::string::npos);
 }

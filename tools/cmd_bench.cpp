@@ -426,11 +426,12 @@ void register_bench(CLI::App& app, Action* run) {
       ->check(CLI::Range(0, 128));
   cmd->add_option("--temp", a->temperature, "Batched mode: sampling temperature (default 0: greedy)")
       ->check(CLI::NonNegativeNumber);
-  cmd->add_flag("--openai-sampling", a->openai_sampling,
-                "Batched mode: sample as the OpenAI API's defaults do (temperature 1 over the whole vocabulary; "
-                "overrides --temp)");
+  CLI::Option* openai = cmd->add_flag(
+      "--openai-sampling", a->openai_sampling,
+      "Batched mode: sample as the OpenAI API's defaults do (temperature 1 over the whole vocabulary; overrides --temp)");
   cmd->add_option("--top-p", a->top_p, "Batched mode, with --openai-sampling: the request's top_p (default 1)")
-      ->check(CLI::Range(0.0, 1.0));
+      ->check(CLI::Range(0.0, 1.0))
+      ->needs(openai);  // (alone it would be ignored: say so)
   cmd->add_option("--logprobs", a->logprobs,
                   "Batched mode: each token's top N logprobs, as the OpenAI API's logprobs/top_logprobs ask (default 0)")
       ->check(CLI::Range(0, 20));
