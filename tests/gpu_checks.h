@@ -212,13 +212,12 @@ inline void check_top_k_outputs(const std::string& device) {
     for (int32_t i = 0; i < 5 + s; ++i) batch.push_back({(i * 37 + s * 11 + 5) % n_vocab, s, i + 1 == 5 + s});
   // Each output also draws a token at temperature 0.9 (every backend draws).
   REQUIRE(top->supports_top_k(true));
-  const bool draws = true;
   std::vector<RowDraw> draw(3);
   for (int step = 0; step < 5; ++step) {
     for (size_t o = 0; o < draw.size(); ++o) draw[o] = {0.9f, 0.1 + 0.35 * static_cast<double>(o) + 0.02 * step};
     OutputTopK ask;
     ask.k = 64, ask.log_sum_exp = true;
-    if (draws) ask.draws = draw;
+    ask.draws = draw;
     const int32_t whole_rows[] = {0, 2};  // odd steps: these outputs' whole rows come back too
     if (step % 2 == 1) ask.whole_rows = whole_rows;
     REQUIRE(top->decode(batch, OutputKind::kLogits, ask).ok());
@@ -240,13 +239,10 @@ inline void check_top_k_outputs(const std::string& device) {
         CHECK(t.logits[j] == row[idx[j]]);
       }
       CHECK(std::abs(t.log_sum_exp - (m + std::log(z))) < 1e-4 * std::max(1.0, std::abs(m)));
-      if (draws) {  // the chain's own draw from the whole row with the same uniform (a target at a
-                    // boundary could move with the device's summation order: improbable here)
-        CHECK(t.drawn == reference_draw(row, 0.9f, draw[o].u));
-        if (t.drawn >= 0) CHECK(t.drawn_logit == row[static_cast<size_t>(t.drawn)]);
-      } else {
-        CHECK(t.drawn == -1);
-      }
+      // The chain's own draw from the whole row with the same uniform (a target at a boundary
+      // could move with the device's summation order: improbable here).
+      CHECK(t.drawn == reference_draw(row, 0.9f, draw[o].u));
+      if (t.drawn >= 0) CHECK(t.drawn_logit == row[static_cast<size_t>(t.drawn)]);
       const bool whole_too = step % 2 == 1 && o != 1;
       REQUIRE(top->has_logits(o) == whole_too);
       if (whole_too) CHECK(std::ranges::equal(top->logits(o), row));
