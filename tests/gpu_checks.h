@@ -224,6 +224,14 @@ inline void check_top_k_outputs(const std::string& device) {
     REQUIRE(whole->decode(batch).ok());
     REQUIRE(top->n_outputs() == whole->n_outputs());
     batch.clear();
+    if (step % 2 == 0) {  // every output's row in one download (odd steps: one by one, below)
+      std::vector<size_t> outputs = {top->n_outputs() - 1};
+      for (size_t o = 0; o < top->n_outputs(); ++o) outputs.push_back(o);  // (one twice)
+      outputs.push_back(top->n_outputs());
+      CHECK_FALSE(top->fetch_logits(outputs).ok());  // (no such output: nothing fetched)
+      outputs.pop_back();
+      REQUIRE(top->fetch_logits(outputs).ok());
+    }
     for (size_t o = 0; o < whole->n_outputs(); ++o) {
       const std::span<const float> row = whole->logits(o);
       std::vector<int32_t> idx(row.size());

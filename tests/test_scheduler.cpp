@@ -380,6 +380,7 @@ TEST_CASE("scheduler: rows brought back as their top 64 logits, or drawn on the 
     auto ctx = make_context(16);
     SchedulerOptions so;
     so.top_k_outputs = top_k_outputs;
+    if (top_k_outputs > 0) so.sampling_threads = 3, so.parallel_sampling_floats = 1;  // (fetched rows on the team)
     so.on_step = [&](const StepInfo& info) {
       steps->push_back(info);
       device_draws += info.device_draws;

@@ -79,6 +79,14 @@ class CudaBackend final : public Backend {
     return dev_->download(dst, static_cast<const uint8_t*>(t.data) + offset, bytes);
   }
 
+  Status download_many(const Tensor& t, std::span<const size_t> offsets, size_t bytes, void* dst) const override {
+    if (!dev_->is_device(t.data)) return Backend::download_many(t, offsets, bytes, dst);
+    KITE_TRY(dev_->activate());
+    srcs_.resize(offsets.size());
+    for (size_t i = 0; i < offsets.size(); ++i) srcs_[i] = static_cast<const uint8_t*>(t.data) + offsets[i];
+    return dev_->download_many(dst, srcs_, bytes);
+  }
+
   Status copy(const Tensor& dst, size_t dst_offset, const Tensor& src, size_t src_offset, size_t bytes) override {
     KITE_TRY(dev_->activate());
     if (!dev_->is_device(dst.data) || !dev_->is_device(src.data))
@@ -212,6 +220,7 @@ class CudaBackend final : public Backend {
   int rank_;
   OpScratch scratch_;
   std::unordered_map<uint64_t, CachedGraph> graphs_;
+  mutable std::vector<const uint8_t*> srcs_;  // download_many's device addresses (reused)
   const bool use_graphs_ = [] {
     const char* e = std::getenv("KITE_CUDA_GRAPHS");
     return e == nullptr || std::string_view(e) != "0";

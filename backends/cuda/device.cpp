@@ -184,6 +184,24 @@ Status Device::download(void* dst, const void* src, size_t bytes) {
   return ok_status();
 }
 
+Status Device::download_many(void* dst, std::span<const uint8_t* const> srcs, size_t bytes) {
+  auto* h = static_cast<uint8_t*>(dst);
+  const size_t per = bytes == 0 ? 0 : staging_bytes_ / bytes;  // runs a staging-full holds
+  if (per == 0) {  // (a run larger than staging)
+    for (size_t i = 0; i < srcs.size(); ++i) KITE_TRY(download(h + i * bytes, srcs[i], bytes));
+    return ok_status();
+  }
+  for (size_t first = 0; first < srcs.size(); first += per) {
+    const size_t n = std::min(per, srcs.size() - first);
+    auto* st = static_cast<uint8_t*>(staging_.get());
+    for (size_t i = 0; i < n; ++i)
+      KITE_CUDA_CHECK(cudaMemcpyAsync(st + i * bytes, srcs[first + i], bytes, cudaMemcpyDeviceToHost, stream()));
+    KITE_TRY(synchronize());
+    std::memcpy(h + first * bytes, st, n * bytes);
+  }
+  return ok_status();
+}
+
 Status Device::synchronize() {
   KITE_CUDA_CHECK(cudaStreamSynchronize(stream()));
   staging_used_ = 0;

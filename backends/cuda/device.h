@@ -11,6 +11,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 
 #include "backends/cuda/cublas_api.h"
@@ -96,6 +97,8 @@ class Device {
   // Host <-> device through the pinned staging buffer.
   Status upload(void* dst, const void* src, size_t bytes);
   Status download(void* dst, const void* src, size_t bytes);
+  // `bytes` from each of `srcs` into consecutive runs of dst: one wait per staging-full.
+  Status download_many(void* dst, std::span<const uint8_t* const> srcs, size_t bytes);
   Status synchronize();
 
   // Whether host weight `t` has a mirror on this GPU (this backend's or another's).

@@ -454,6 +454,30 @@ Status Device::read(const Allocation& src, size_t offset, void* dst, size_t byte
   return ok_status();
 }
 
+Status Device::read_many(const Allocation& src, std::span<const size_t> offsets, size_t bytes, void* dst) {
+  auto* h = static_cast<uint8_t*>(dst);
+  for (size_t o : offsets)
+    if (o + bytes > src.bytes) return make_error("vulkan: read of ", bytes, " bytes past the end of a buffer");
+  if (src.mapped != nullptr || bytes > kStagingBytes) {
+    for (size_t i = 0; i < offsets.size(); ++i) KITE_TRY(read(src, offsets[i], h + i * bytes, bytes));
+    return ok_status();
+  }
+  std::lock_guard lock(mu_);
+  KITE_ASSIGN_OR_RETURN(Allocation * st, staging(kStagingBytes));
+  const size_t per = st->bytes / bytes;
+  for (size_t first = 0; first < offsets.size(); first += per) {
+    const size_t n = std::min(per, offsets.size() - first);
+    KITE_TRY(run_once([&](VkCommandBuffer cb) {
+      for (size_t i = 0; i < n; ++i) {
+        const VkBufferCopy c{offsets[first + i], i * bytes, bytes};
+        api_->vkCmdCopyBuffer(cb, src.buffer, st->buffer, 1, &c);
+      }
+    }));
+    std::memcpy(h + first * bytes, st->mapped, n * bytes);
+  }
+  return ok_status();
+}
+
 // ---- weight mirrors -------------------------------------------------------------------------
 
 Result<uint64_t> Device::mirror(const Tensor* root, MirrorHolds& holds) {

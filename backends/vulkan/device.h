@@ -14,6 +14,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -86,6 +87,8 @@ class Device {
   // Bytes between host and an allocation (synchronous; staged when not host-visible).
   Status write(const Allocation& dst, size_t offset, const void* src, size_t bytes);
   Status read(const Allocation& src, size_t offset, void* dst, size_t bytes);
+  // `bytes` at each of `offsets` into consecutive runs of dst: one submit per staging-full.
+  Status read_many(const Allocation& src, std::span<const size_t> offsets, size_t bytes, void* dst);
 
   // The compute pipeline of embedded shader `name` (created on first use), and the layout
   // every pipeline shares (push constants only).

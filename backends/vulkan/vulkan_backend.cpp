@@ -86,6 +86,16 @@ class VulkanBackend final : public Backend, public Stream {
     return dev_->read(*a, off + offset, dst, bytes);
   }
 
+  Status download_many(const Tensor& t, std::span<const size_t> offsets, size_t bytes, void* dst) const override {
+    size_t off = 0;
+    const Allocation* a = dev_->find(reinterpret_cast<uint64_t>(t.data), &off);
+    if (a == nullptr) return Backend::download_many(t, offsets, bytes, dst);
+    KITE_TRY(const_cast<VulkanBackend*>(this)->synchronize());
+    offsets_.resize(offsets.size());
+    for (size_t i = 0; i < offsets.size(); ++i) offsets_[i] = off + offsets[i];
+    return dev_->read_many(*a, offsets_, bytes, dst);
+  }
+
   Status copy(const Tensor& dst, size_t dst_offset, const Tensor& src, size_t src_offset, size_t bytes) override {
     size_t doff = 0, soff = 0;
     const Allocation* d = dev_->find(reinterpret_cast<uint64_t>(dst.data), &doff);
@@ -228,6 +238,7 @@ class VulkanBackend final : public Backend, public Stream {
   MirrorHolds refs_;
   std::vector<std::pair<std::string, std::unique_ptr<Allocation>>> scratch_;
   std::vector<std::unique_ptr<Allocation>> retired_;
+  mutable std::vector<size_t> offsets_;  // download_many's offsets in the allocation (reused)
 };
 
 }  // namespace

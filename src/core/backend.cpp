@@ -32,6 +32,12 @@ Status Backend::copy(const Tensor& dst, size_t dst_offset, const Tensor& src, si
   return upload(dst, host.data(), bytes, dst_offset);
 }
 
+Status Backend::download_many(const Tensor& t, std::span<const size_t> offsets, size_t bytes, void* dst) const {
+  for (size_t i = 0; i < offsets.size(); ++i)
+    KITE_TRY(download(t, static_cast<uint8_t*>(dst) + i * bytes, bytes, offsets[i]));
+  return ok_status();
+}
+
 // Defined in backends/registry.cpp, the one place that knows which backends were compiled in.
 void register_builtin_backends();
 

@@ -59,6 +59,9 @@ class Backend {
   virtual Status upload(const Tensor& t, const void* src, size_t bytes, size_t offset = 0) = 0;
   // download() waits for the work queued before it (its wait can be a step's only one).
   virtual Status download(const Tensor& t, void* dst, size_t bytes, size_t offset = 0) const = 0;
+  // `bytes` at each of `offsets` into consecutive runs of dst, waiting once (a step's rows
+  // fetched together). The default downloads them one by one.
+  virtual Status download_many(const Tensor& t, std::span<const size_t> offsets, size_t bytes, void* dst) const;
   // Bytes from one tensor of this backend to another (both in its buffers), e.g. a KV block
   // copied on write. The default stages through the host; device backends copy on the device.
   virtual Status copy(const Tensor& dst, size_t dst_offset, const Tensor& src, size_t src_offset, size_t bytes);

@@ -339,7 +339,7 @@ Status Context::decode(std::span<const BatchToken> batch, OutputKind kind, Outpu
   top_k_ = top_k.k;
   top_drawn_ = !top_k.draws.empty();
   last_step_ = top_k.k > 0 ? step : nullptr;
-  fetched_row_ = -1;
+  fetched_slot_.clear();
   return ok_status();
 }
 
@@ -468,16 +468,36 @@ bool Context::has_logits(size_t i) const {
 
 Result<std::span<const float>> Context::fetch_logits(size_t i) {
   if (has_logits(i)) return logits(i);
-  if (last_step_ == nullptr || i >= n_outputs_)
-    return make_error("fetch_logits: output ", i, " of the last step has no row to fetch (", n_outputs_, " outputs)");
-  const Tensor& all = *last_step_->logits;
-  if (fetched_row_ != static_cast<int64_t>(i)) {
-    fetched_.resize(static_cast<size_t>(all.ne[0]));
-    const Backend& be = *last_step_->backends[static_cast<size_t>(last_step_->split.backend_of(&all))];
-    KITE_TRY(be.download(all, fetched_.data(), fetched_.size() * sizeof(float), i * all.nb[1]));
-    fetched_row_ = static_cast<int64_t>(i);
+  if (i >= fetched_slot_.size() || fetched_slot_[i] < 0) KITE_TRY(fetch_logits(std::span<const size_t>(&i, 1)));
+  const size_t nv = static_cast<size_t>(model_->hparams().n_vocab);
+  return std::span<const float>(fetched_.data() + static_cast<size_t>(fetched_slot_[i]) * nv, nv);
+}
+
+Status Context::fetch_logits(std::span<const size_t> outputs) {
+  for (size_t i : outputs)
+    if (last_step_ == nullptr || i >= n_outputs_)
+      return make_error("fetch_logits: output ", i, " of the last step has no row to fetch (", n_outputs_, " outputs)");
+  fetch_outputs_.clear();
+  for (size_t i : outputs) {
+    if (has_logits(i) || (i < fetched_slot_.size() && fetched_slot_[i] >= 0)) continue;
+    if (fetched_slot_.size() < n_outputs_) fetched_slot_.resize(n_outputs_, -1);
+    fetched_slot_[i] = -2;  // (listed once)
+    fetch_outputs_.push_back(i);
   }
-  return std::span<const float>(fetched_);
+  if (fetch_outputs_.empty()) return ok_status();
+  const Tensor& all = *last_step_->logits;
+  const size_t row_bytes = static_cast<size_t>(all.ne[0]) * sizeof(float);
+  size_t slots = 0;  // rows already fetched since the step
+  for (int32_t s : fetched_slot_) slots += s >= 0;
+  fetch_offsets_.clear();
+  for (size_t i : fetch_outputs_) fetch_offsets_.push_back(i * all.nb[1]);
+  fetched_.resize((slots + fetch_outputs_.size()) * static_cast<size_t>(all.ne[0]));
+  const Backend& be = *last_step_->backends[static_cast<size_t>(last_step_->split.backend_of(&all))];
+  float* dst = fetched_.data() + slots * static_cast<size_t>(all.ne[0]);
+  const Status st = be.download_many(all, fetch_offsets_, row_bytes, dst);
+  for (size_t j = 0; j < fetch_outputs_.size(); ++j)
+    fetched_slot_[fetch_outputs_[j]] = st ? static_cast<int32_t>(slots + j) : -1;
+  return st;
 }
 
 TopLogits Context::top_logits(size_t i) const {

@@ -98,10 +98,12 @@ class Context {
   std::span<const float> logits(size_t i) const;
   // Whether logits(i) is valid: after a kLogits step, without top_k or for its whole_rows.
   bool has_logits(size_t i) const;
-  // Output i's whole row after a top-k step, downloaded now from where the step left it (valid
-  // until the next decode or fetch): for the row a sampler finds it needs only once it has seen
-  // the top k (its candidates reaching past them). logits(i) where has_logits(i).
+  // Output i's whole row after a top-k step, downloaded from where the step left it (valid until
+  // the next decode or fetch of rows not yet fetched): for the row a sampler finds it needs only
+  // once it has seen the top k (its candidates reaching past them). logits(i) where has_logits(i).
   Result<std::span<const float>> fetch_logits(size_t i);
+  // Downloads several outputs' rows at once (one wait on a device), for fetch_logits(i).
+  Status fetch_logits(std::span<const size_t> outputs);
   // Valid after a step with top_k.k > 0.
   TopLogits top_logits(size_t i) const;
   // Whether steps can reduce their logits to the top k (and draw from them: `draw`) on the
@@ -175,8 +177,9 @@ class Context {
   bool top_drawn_ = false;         // the last step drew tokens
   std::vector<int32_t> logits_row_;  // top-k steps: output -> its row in logits_ (-1: none)
   Step* last_step_ = nullptr;        // top-k steps: the last one (fetch_logits)
-  std::vector<float> fetched_;       // fetch_logits' row
-  int64_t fetched_row_ = -1;         // ... of this output of the last step (-1: none)
+  std::vector<float> fetched_;       // fetch_logits' rows, in the order fetched since the step
+  std::vector<int32_t> fetched_slot_;  // per output of the last step: its row in fetched_ (-1: none)
+  std::vector<size_t> fetch_outputs_, fetch_offsets_;  // fetch_logits scratch
   std::vector<float> all_logits_;  // eval(all_logits): every token's logits
   std::vector<int32_t> staging_;   // step inputs, staged on the host (reused: no allocation per token)
   std::vector<int32_t> draw_staging_;

@@ -203,8 +203,10 @@ class Scheduler {
   // The token from a whole row: masked by the sequence's grammar (on a copy), then sampled.
   int32_t sample_row(Seq& s, std::span<const float> logits);
   OutputTopK step_top_k();
-  // Samples the rows emit_token() will need, without a grammar, on the sampling team at once.
+  // Samples the rows emit_token() will need, without a grammar, on the sampling team at once;
+  // after a top-k step, every one-row sequence's row (presample_top).
   void presample();
+  void presample_top(int threads);
   bool emit(Seq& s, int32_t token);  // false when the sequence finished
   Status draft_step(int64_t* budget);
   void verify(Seq& s, size_t row, int32_t n_draft);
@@ -260,6 +262,7 @@ class Scheduler {
   };
   std::vector<Presampled> presampled_;  // in chunk order; emit_token takes them in turn
   size_t presampled_next_ = 0;
+  std::vector<size_t> fetch_rows_, fetch_entries_;  // presample_top: rows to fetch, their presampled_ entries
   OutputTopK top_k_;  // what this step's rows came back as
   std::vector<RowDraw> draws_;  // top_k_.draws: per output row (temperature 0: not drawn)
   std::vector<int32_t> whole_rows_;  // top_k_.whole_rows

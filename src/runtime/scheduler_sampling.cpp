@@ -13,14 +13,14 @@ namespace kite {
 // one when all are greedy without logprobs, else top_k_outputs: two sizes, few graphs), and
 // plain draws from whole rows are made there (draws_: one per output row, with uniforms taken
 // from the rows' RNGs now, where the chain would take them after the step); speculative
-// proposals are verified from them too (n-gram ones by the rows' own samples, so any way a row
-// samples serves them). Rows whose sampler may find its candidates among them
-// (Sampler::may_sample_from_top: top-p or min-p alone, a grammar, penalties that only lower
-// logits) come back as their top logits as well, and the few whose candidates reach past them
-// are fetched after the step (sample_output). Rows that need their whole logits (logprobs with a
-// grammar or penalties, a draft model's proposal beyond a top-k, a prompt about to fork whose
-// choices draw) come back whole beside them (whole_rows_), unless they are most of the step:
-// then every row does.
+// proposals are verified from them too (certain ones, n-gram or a draft model's greedy ones, by
+// the rows' own samples, so any way a row samples serves them). Rows whose sampler may find its
+// candidates among them (Sampler::may_sample_from_top: top-p or min-p alone, a grammar,
+// penalties that only lower logits) come back as their top logits as well, and the few whose
+// candidates reach past them are fetched after the step (presample_top: together; verify rows:
+// sample_output). Rows that need their whole logits (logprobs with a grammar or penalties, a
+// draft model's sampled proposal beyond a top-k, a prompt about to fork whose choices draw) come
+// back whole beside them (whole_rows_), unless they are most of the step: then every row does.
 OutputTopK Scheduler::step_top_k() {
   draws_.clear();
   whole_rows_.clear();
@@ -92,15 +92,22 @@ void Scheduler::presample() {
     }
     if (s->computed + c.n != static_cast<int64_t>(s->tokens.size())) continue;
     const size_t row = out++;
-    // (Forking choices share the row, and a grammar's matcher is not for other threads.)
-    if (s->done || s->grammar || (s->job->req.params.n > 1 && !s->job->forked)) continue;
+    // (Forking choices share the row, and a grammar's matcher is not for other threads: whole
+    // rows with one are sampled in turn.)
+    if (s->done || (s->job->req.params.n > 1 && !s->job->forked)) continue;
+    const bool drawn = !draws_.empty() && draws_[row].temperature > 0.f;
+    if (top_k_.k > 0 ? ctx_.has_logits(row) || drawn : s->grammar.has_value())
+      continue;  // (top-k steps: rows drawn on the device or whole are taken in turn)
     presampled_.push_back({c.seq, row, -1});
   }
   int threads = opts_.sampling_threads;
   if (threads <= 0) threads = static_cast<int>(std::min(8u, std::max(1u, std::thread::hardware_concurrency())));
+  if (top_k_.k > 0) {
+    presample_top(threads);
+    return;
+  }
   const int64_t floats = static_cast<int64_t>(presampled_.size()) * ctx_.model().hparams().n_vocab;
-  // (Top-k rows are a few candidates each: nothing to share out.)
-  if (threads <= 1 || presampled_.size() < 2 || floats < opts_.parallel_sampling_floats || top_k_.k > 0) {
+  if (threads <= 1 || presampled_.size() < 2 || floats < opts_.parallel_sampling_floats) {
     presampled_.clear();
     return;
   }
@@ -111,6 +118,47 @@ void Scheduler::presample() {
       Presampled& p = presampled_[i];
       p.token = p.seq->sampler.sample(ctx_.logits(p.row));
     }
+  });
+}
+
+// A top-k step's rows sample from their top logits here, before any is emitted (one row per
+// sequence: nothing emitted changes another's sample), so that the rows whose candidates reach
+// past them are fetched with one download and sampled on the team, not one by one.
+void Scheduler::presample_top(int threads) {
+  fetch_rows_.clear();
+  fetch_entries_.clear();
+  for (size_t i = 0; i < presampled_.size(); ++i) {
+    Presampled& p = presampled_[i];
+    Seq& s = *p.seq;
+    const TopLogits top = ctx_.top_logits(p.row);
+    p.token = s.grammar ? s.sampler.sample_top(top, [&s](int32_t t) { return s.grammar->accepts(t); })
+                        : s.sampler.sample_top(top);
+    if (p.token != Sampler::kNeedsRow) continue;
+    fetch_rows_.push_back(p.row);
+    fetch_entries_.push_back(i);
+  }
+  if (fetch_rows_.empty()) return;
+  if (!ctx_.fetch_logits(fetch_rows_)) {  // (emit_token fetches them again, and reports why)
+    std::erase_if(presampled_, [](const Presampled& p) { return p.token == Sampler::kNeedsRow; });
+    return;
+  }
+  fetched_rows_ += static_cast<int32_t>(fetch_rows_.size());
+  auto sample = [this](Presampled& p) { p.token = sample_row(*p.seq, *ctx_.fetch_logits(p.row)); };
+  // A grammar masks a shared copy: those rows here, in turn; the rest on the team.
+  std::erase_if(fetch_entries_, [&](size_t i) {
+    if (!presampled_[i].seq->grammar) return false;
+    sample(presampled_[i]);
+    return true;
+  });
+  const int64_t floats = static_cast<int64_t>(fetch_entries_.size()) * ctx_.model().hparams().n_vocab;
+  if (threads <= 1 || fetch_entries_.size() < 2 || floats < opts_.parallel_sampling_floats) {
+    for (size_t i : fetch_entries_) sample(presampled_[i]);
+    return;
+  }
+  if (!sampling_team_ || sampling_team_->size() != threads) sampling_team_ = std::make_unique<ThreadTeam>(threads);
+  std::atomic<size_t> next{0};
+  sampling_team_->run([&](int) {
+    for (size_t j = next++; j < fetch_entries_.size(); j = next++) sample(presampled_[fetch_entries_[j]]);
   });
 }
 
