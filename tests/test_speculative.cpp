@@ -327,6 +327,63 @@ Run run_all(Context& ctx, Context* draft, const std::vector<std::vector<int32_t>
 
 }  // namespace
 
+TEST_CASE("speculative: greedy drafts come from each row's best logit, biased or sampled ones from whole rows") {
+  auto draft = make_context(engine().draft, 2);
+  auto ref = make_context(engine().draft, 1);
+  SamplerParams sp;  // a sampling sequence: greedy drafts all the same
+  sp.temperature = 1.f, sp.top_k = 0, sp.top_p = 1.f, sp.min_p = 0.f;
+  // The draft's greedy continuation of `tokens`, a logit bias applied (eval, whole rows).
+  auto reference = [&](std::vector<int32_t> tokens, int32_t k, const std::vector<LogitBias>& bias) {
+    std::vector<int32_t> out;
+    for (int32_t j = 0; j < k; ++j) {
+      ref->kv().clear(0);
+      REQUIRE(ref->eval(tokens).ok());
+      std::vector<float> l(ref->logits(0).begin(), ref->logits(0).end());
+      for (const LogitBias& b : bias) l[static_cast<size_t>(b.token)] += b.bias;
+      out.push_back(Sampler::argmax(l));
+      tokens.push_back(out.back());
+    }
+    return out;
+  };
+  const auto ps = prompts(2);
+  const std::vector<int32_t> plain = reference(ps[0], 5, {});
+  for (const bool biased : {false, true}) {
+    CAPTURE(biased);
+    SamplerParams p = sp;
+    if (biased) p.logit_bias = {{plain[0], -INFINITY}, {plain[1], -2.f}};  // (a banned first choice)
+    SpeculativeOptions so;
+    so.mode = SpecMode::kDraft;
+    so.p_min = 0.f;
+    DraftModel dm(*draft, so);
+    Sampler s0(p), s1(sp);
+    Draft d0, d1;
+    std::vector<DraftModel::Item> items = {{0, ps[0], 5, &s0, &d0}, {1, ps[1], 5, &s1, &d1}};
+    SpecStats st;
+    REQUIRE(dm.propose(items, st).ok());
+    CHECK(d0.tokens == reference(ps[0], 5, p.logit_bias));
+    CHECK(d1.tokens == reference(ps[1], 5, {}));
+    CHECK((d0.q.empty() && d1.q.empty()));  // one-hot: verified by the rows' own samples
+    // The last draft step's rows stayed on the device as their best logit, but for the bias.
+    CHECK(draft->has_logits(0) == biased);
+    CHECK_FALSE(draft->has_logits(1));
+    dm.reset(0), dm.reset(1);
+  }
+  SpeculativeOptions so;
+  so.mode = SpecMode::kDraft;
+  so.p_min = 0.f;
+  so.sample_drafts = true;
+  DraftModel dm(*draft, so);
+  Sampler s0(sp);
+  Draft d0;
+  std::vector<DraftModel::Item> items = {{0, ps[0], 5, &s0, &d0}};
+  SpecStats st;
+  REQUIRE(dm.propose(items, st).ok());
+  CHECK(d0.tokens.size() == 5);
+  CHECK(d0.q.size() == 5);  // each drawn from its distribution, from whole rows
+  CHECK(draft->has_logits(0));
+  dm.reset(0);
+}
+
 TEST_CASE("speculative: greedy output is identical with a draft model and with n-gram lookup, alone and 8 at once") {
   const auto ps = prompts(8);
   GenerationParams gp;
@@ -518,9 +575,10 @@ void chi_square(const std::vector<TokenProb>& p, const std::map<int32_t, int64_t
 
 TEST_CASE("speculative: sampled proposals verified from each row's top 64 logits give the tokens of whole rows") {
   // llama.cpp's sampling defaults (top-k 40: the rows' top 64 hold the whole distribution),
-  // seeded, with logprobs; proposals from a draft model and from n-gram lookup. N-gram proposals
-  // are verified by the rows' own samples, so their rows also come back as draws made on the
-  // device (the OpenAI API's defaults) and as top logits fetched whole where needed (top-p).
+  // seeded, with logprobs; proposals from a draft model (sampled or greedy) and from n-gram
+  // lookup. Greedy drafts and n-gram proposals are verified by the rows' own samples, so their
+  // rows also come back as draws made on the device (the OpenAI API's defaults) and as top
+  // logits fetched whole where needed (top-p).
   const auto ps = prompts(6);
   GenerationParams llama;
   llama.sampling.n_logprobs = 2;
@@ -536,13 +594,19 @@ TEST_CASE("speculative: sampled proposals verified from each row's top 64 logits
     const char* what;
     SpecMode mode;
     const GenerationParams& gp;
+    bool sampled = false;  // sampled drafts
   };
-  for (const Case& c : {Case{"draft model, top-k 40", SpecMode::kDraft, llama}, Case{"n-gram, top-k 40", SpecMode::kNgram, llama},
+  for (const Case& c : {Case{"sampled drafts, top-k 40", SpecMode::kDraft, llama, true},
+                        Case{"greedy drafts, top-k 40", SpecMode::kDraft, llama},
+                        Case{"greedy drafts, plain temperature", SpecMode::kDraft, openai},
+                        Case{"greedy drafts, top-p 0.9", SpecMode::kDraft, top_p},
+                        Case{"n-gram, top-k 40", SpecMode::kNgram, llama},
                         Case{"n-gram, plain temperature", SpecMode::kNgram, openai},
                         Case{"n-gram, top-p 0.9", SpecMode::kNgram, top_p}}) {
     CAPTURE(std::string(c.what));
     SchedulerOptions so;
     so.speculative.mode = c.mode;
+    so.speculative.sample_drafts = c.sampled;
     so.speculative.adaptive = false;
     so.speculative.p_min = 0.f;
     int top_steps = 0, other_steps = 0, drawn = 0;  // steps with proposals
@@ -573,18 +637,20 @@ TEST_CASE("speculative: sampled proposals verified from each row's top 64 logits
   }
 }
 
-TEST_CASE("speculative: sampled tokens follow the target's distribution (chi-square, draft model proposals)") {
-  // n choices of one prompt at temperature 1.5 over the whole vocabulary. The first token is
-  // sampled in the prompt step (no speculation); the second is where the draft's proposal is
-  // verified (accepted with min(1, p/q), else drawn from the residual). Grouped by first token,
-  // the second token's frequencies must match p(. | prompt, first) computed directly: a pooled
-  // chi-square over the groups with enough samples. (Measured: 104 with 95 degrees of freedom,
-  // bound 150; resampling from p instead of the residual on rejection gives 181 and fails.)
-  SamplerParams sp;
-  sp.temperature = 1.5f;  // flat: many second tokens are likely and proposals are often rejected
-  sp.top_k = 0;
-  sp.top_p = 1.f;
-  sp.min_p = 0.f;
+namespace {
+
+struct ChiSquare {
+  double chi2 = 0, dof = 0;
+  int64_t used = 0;  // samples in the groups counted
+  SchedulerStats stats;
+};
+
+// kChoices choices of each of kRequests requests for one prompt at sampling `sp` with `mode`'s
+// proposals (the draft model's or n-gram lookup's, at most one: the second token is verified,
+// the third the bonus). The first token is sampled in the prompt step (no speculation); grouped
+// by it, the second token's frequencies must match p(. | prompt, first) computed directly: a
+// pooled chi-square over the groups with at least 40 samples.
+ChiSquare second_token_chi_square(SpecMode mode, const SamplerParams& sp, bool sample_drafts = false) {
   constexpr int kRequests = 60, kChoices = 64;
   auto ref = make_context(engine().target, 1);
   auto dist = [&](const std::vector<int32_t>& tokens) {
@@ -605,14 +671,16 @@ TEST_CASE("speculative: sampled tokens follow the target's distribution (chi-squ
   }
 
   auto target = make_context(engine().target, kChoices);
-  auto draft = make_context(engine().draft, kChoices);
+  auto draft = mode == SpecMode::kDraft ? make_context(engine().draft, kChoices) : nullptr;
   SchedulerOptions so;
-  so.speculative.mode = SpecMode::kDraft;
+  so.speculative.mode = mode;
   so.speculative.adaptive = false;
   so.speculative.p_min = 0.f;
+  so.speculative.ngram_min = 1;  // (a first token seen in the prompt proposes what followed it)
+  so.speculative.sample_drafts = sample_drafts;
   GenerationParams gp;
   gp.sampling = sp;
-  gp.max_tokens = 3;  // the second token is verified (one proposal), the third is the bonus
+  gp.max_tokens = 3;
   gp.ignore_eos = true;
   gp.n = kChoices;
   Scheduler s(*target, engine().tok, so, draft.get());
@@ -633,28 +701,66 @@ TEST_CASE("speculative: sampled tokens follow the target's distribution (chi-squ
     REQUIRE(toks.size() == 3);
     ++by_first[toks[0]][toks[1]];
   }
-  const SchedulerStats st = s.stats();
-  MESSAGE("drafted ", st.drafted, ", accepted ", st.accepted, "; ", by_first.size(), " distinct first tokens");
-  CHECK(st.drafted >= 2000);  // nearly every choice verified a proposal
-  CHECK(st.accepted > 0);
-  CHECK(st.accepted < st.drafted);  // the rejection path ran
-  double chi2 = 0, dof = 0;
-  int64_t used = 0;
+  ChiSquare r;
+  r.stats = s.stats();
+  const std::string what = std::string(spec_mode_name(mode)) + (sample_drafts ? " (sampled)" : "");
+  MESSAGE(what, ": drafted ", r.stats.drafted, ", accepted ", r.stats.accepted, "; ", by_first.size(),
+          " distinct first tokens");
   for (const auto& [first, counts] : by_first) {
     int64_t n = 0;
     for (const auto& [t, c] : counts) n += c;
     if (n < 40) continue;
     std::vector<int32_t> cond = prompt;
     cond.push_back(first);
-    chi_square(dist(cond), counts, n, &chi2, &dof);
-    used += n;
+    chi_square(dist(cond), counts, n, &r.chi2, &r.dof);
+    r.used += n;
   }
-  MESSAGE("chi2 ", chi2, " with ", dof, " degrees of freedom over ", used, " samples");
-  REQUIRE(used >= 1000);
-  REQUIRE(dof >= 15);
-  CHECK(chi2 < dof + 4 * std::sqrt(2 * dof));  // about p < 1e-4 for a correct rule
+  MESSAGE("chi2 ", r.chi2, " with ", r.dof, " degrees of freedom over ", r.used, " samples");
   CHECK(target->kv().pool().n_referenced() == 0);
-  CHECK(draft->kv().pool().n_referenced() == 0);
+  if (draft) CHECK(draft->kv().pool().n_referenced() == 0);
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("speculative: sampled tokens follow the target's distribution (chi-square, draft model proposals)") {
+  // Temperature 1.5 over the whole vocabulary: many second tokens are likely and proposals are
+  // often rejected. Sampled drafts: a proposal is accepted with min(1, p/q), else the token is
+  // drawn from the residual (measured: 104 with 95 degrees of freedom, bound 150; resampling from
+  // p instead of the residual on rejection gives 181 and fails). Greedy drafts (the default): the
+  // draft's best token, kept when the row's own sample is that token.
+  SamplerParams sp;
+  sp.temperature = 1.5f, sp.top_k = 0, sp.top_p = 1.f, sp.min_p = 0.f;
+  for (const bool sampled : {true, false}) {
+    CAPTURE(sampled);
+    const ChiSquare r = second_token_chi_square(SpecMode::kDraft, sp, sampled);
+    CHECK(r.stats.drafted >= 2000);  // nearly every choice verified a proposal
+    CHECK(r.stats.accepted > 0);
+    CHECK(r.stats.accepted < r.stats.drafted);  // the rejection path ran
+    REQUIRE(r.used >= 1000);
+    REQUIRE(r.dof >= 15);
+    CHECK(r.chi2 < r.dof + 4 * std::sqrt(2 * r.dof));  // about p < 1e-4 for a correct rule
+  }
+}
+
+TEST_CASE("speculative: sampled tokens follow the target's distribution (chi-square, n-gram proposals)") {
+  // An n-gram proposal is certain (q one-hot): kept when the row's own sample is that token.
+  // Plain temperature (drawn on the device's path where the top k come back) and top-p (from
+  // the top 64, fetched past them).
+  SamplerParams plain;
+  plain.temperature = 1.5f, plain.top_k = 0, plain.top_p = 1.f, plain.min_p = 0.f;
+  SamplerParams top_p = plain;
+  top_p.temperature = 1.f, top_p.top_p = 0.95f;
+  for (const SamplerParams& sp : {plain, top_p}) {
+    CAPTURE(sp.top_p);
+    const ChiSquare r = second_token_chi_square(SpecMode::kNgram, sp);
+    CHECK(r.stats.drafted >= 1000);
+    CHECK(r.stats.accepted > 0);
+    CHECK(r.stats.accepted < r.stats.drafted);
+    REQUIRE(r.used >= 1000);
+    REQUIRE(r.dof >= 10);
+    CHECK(r.chi2 < r.dof + 4 * std::sqrt(2 * r.dof));
+  }
 }
 
 TEST_CASE("speculative: kite run --spec ngram prints the same text and its acceptance, bad flags are usage errors") {

@@ -98,6 +98,10 @@ void add_speculative_flags(CLI::App* cmd, SpecArgs* a) {
   cmd->add_option("--draft-p-min", a->p_min, "Stop drafting when the draft's top probability is below this")
       ->check(CLI::Range(0.0, 1.0));
   cmd->add_flag("--draft-fixed", a->fixed, "Always draft --draft-max tokens (no adaptive length)");
+  cmd->add_option("--draft-sampling", a->draft_sampling,
+                  "How a draft model proposes when sampling: greedy (its best token, kept when the target samples it; "
+                  "rows stay on the device) or sampled (drawn, verified by the rejection rule; rows come back whole)")
+      ->check(CLI::IsMember({"greedy", "sampled"}));
   cmd->add_option("--ngram-min", a->ngram_min, "--spec ngram: shortest suffix (tokens) matched in earlier text")
       ->check(CLI::Range(1, 16));
   cmd->add_option("--ngram-max", a->ngram_max, "--spec ngram: longest suffix (tokens) matched in earlier text")
@@ -112,6 +116,7 @@ Result<SpeculativeOptions> speculative_options(const SpecArgs& a) {
   so.max_draft = a.draft_max;
   so.p_min = a.p_min;
   so.adaptive = !a.fixed;
+  so.sample_drafts = a.draft_sampling == "sampled";
   so.ngram_min = a.ngram_min;
   so.ngram_max = a.ngram_max;
   if (auto st = so.validate(); !st) return make_error("speculative options: ", st.error().message);

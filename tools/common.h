@@ -60,10 +60,11 @@ struct SpecArgs {
   int draft_max = 8;     // --draft-max
   float p_min = 0.75f;   // --draft-p-min
   bool fixed = false;    // --draft-fixed: always draft --draft-max tokens (no adaptation)
+  std::string draft_sampling = "greedy";  // --draft-sampling greedy|sampled
   int ngram_min = SpeculativeOptions{}.ngram_min;  // --ngram-min / --ngram-max: suffix lengths looked up
   int ngram_max = SpeculativeOptions{}.ngram_max;
 };
-// --draft, --spec, --draft-max, --draft-p-min, --draft-fixed, --ngram-min, --ngram-max.
+// --draft, --spec, --draft-max, --draft-p-min, --draft-fixed, --draft-sampling, --ngram-min, --ngram-max.
 void add_speculative_flags(CLI::App* cmd, SpecArgs* a);
 // The scheduler's speculative options from the flags; an error names the flag.
 Result<SpeculativeOptions> speculative_options(const SpecArgs& a);

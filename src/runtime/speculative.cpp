@@ -263,8 +263,19 @@ Status DraftModel::propose(std::span<Item> items, SpecStats& stats) {
         want_logits.push_back(i);
       }
     }
+    // Rows of greedy proposals come back as their best logit and log-sum-exp (the draft's
+    // confidence), unless a logit bias moves the best; rows drawn from come back whole.
+    if (top_k_ < 0) top_k_ = ctx_.supports_top_k() ? 1 : 0;
+    whole_rows_.clear();
+    for (size_t o = 0; o < want_logits.size(); ++o) {
+      const SamplerParams& p = items[static_cast<size_t>(want_logits[o])].sampler->params();
+      if (opts_.sample_drafts || !p.logit_bias.empty()) whole_rows_.push_back(static_cast<int32_t>(o));
+    }
+    OutputTopK top;
+    if (top_k_ > 0 && 2 * whole_rows_.size() <= want_logits.size())
+      top.k = 1, top.log_sum_exp = true, top.whole_rows = whole_rows_;
     const auto t0 = std::chrono::steady_clock::now();
-    if (auto st = ctx_.decode(batch_); !st) {
+    if (auto st = ctx_.decode(batch_, OutputKind::kLogits, top); !st) {
       for (const Item& it : items) reset(it.slot);
       return st;
     }
@@ -275,23 +286,27 @@ Status DraftModel::propose(std::span<Item> items, SpecStats& stats) {
                            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()});
     for (const BatchToken& t : batch_) seen(t.seq).push_back(t.token);
     ++stats.draft_steps;
-    size_t o = 0;
-    for (int32_t i : want_logits) {
-      Item& it = items[static_cast<size_t>(i)];
-      const std::span<const float> l = ctx_.logits(o++);
-      bool stop = top_prob(l) < opts_.p_min;
-      if (!stop) {
+    for (size_t o = 0; o < want_logits.size(); ++o) {
+      Item& it = items[static_cast<size_t>(want_logits[o])];
+      int32_t x = -1;
+      if (!ctx_.has_logits(o)) {  // (greedy, no bias)
+        const TopLogits t = ctx_.top_logits(o);
+        if (t.n_candidates() > 0 && std::exp(t.logits[0] - t.log_sum_exp) >= opts_.p_min) x = t.id(0);
+      } else if (const std::span<const float> l = ctx_.logits(o); top_prob(l) >= opts_.p_min) {
         logits_.assign(l.begin(), l.end());
-        std::vector<TokenProb> q;
-        const bool any = it.sampler->distribution_in_place(logits_, q);
-        const int32_t x = any ? it.sampler->draw(q) : -1;
-        if (x < 0) {
-          stop = true;
-        } else {
-          it.out->tokens.push_back(x);
-          it.out->q.push_back(std::move(q));
+        if (opts_.sample_drafts) {
+          std::vector<TokenProb> q;
+          if (it.sampler->distribution_in_place(logits_, q)) x = it.sampler->draw(q);
+          if (x >= 0) it.out->q.push_back(std::move(q));
+        } else {  // the best token once the sequence's logit bias is applied
+          for (const LogitBias& b : it.sampler->params().logit_bias)
+            if (b.token >= 0 && static_cast<size_t>(b.token) < logits_.size())
+              logits_[static_cast<size_t>(b.token)] += b.bias;
+          x = Sampler::argmax(logits_);
         }
       }
+      const bool stop = x < 0;
+      if (!stop) it.out->tokens.push_back(x);
       if (stop || static_cast<int32_t>(it.out->tokens.size()) >= it.k) it.k = -1;  // finished
     }
     std::erase_if(active_, [&](int32_t i) { return items[static_cast<size_t>(i)].k < 0; });

@@ -51,6 +51,14 @@ struct SpeculativeOptions {
   SpecMode mode = SpecMode::kNone;
   int32_t max_draft = 8;  // proposals per sequence and step at most
   float p_min = 0.75f;    // the draft model stops when its top probability is below this
+  // How a draft model proposes for a sequence that samples (temperature > 0): its most likely
+  // token, verified as an n-gram's proposal is (kept when the target's own sample is that token:
+  // the rows sample as any row does, from their top 64 or drawn on the device, and the draft's
+  // steps bring back one logit a row), or drawn from its distribution and verified by the
+  // rejection rule against it (more proposals kept where the models are unsure, but each draft
+  // row and verified row comes back whole to the host). Greedy sequences propose the most likely
+  // token either way.
+  bool sample_drafts = false;
   int32_t ngram_min = 2;  // n-gram lookup: suffix lengths tried, longest first (see NgramIndex)
   int32_t ngram_max = 12;
   int32_t max_step_drafts = 64;  // proposals over all sequences in one step at most (the budget)
@@ -133,7 +141,7 @@ class NgramIndex {
 // One sequence's proposals: tokens and, for each, the distribution it was drawn from.
 struct Draft {
   std::vector<int32_t> tokens;
-  std::vector<std::vector<TokenProb>> q;  // empty: one-hot (n-gram); else one per token
+  std::vector<std::vector<TokenProb>> q;  // empty: one-hot (n-gram, a draft's greedy proposals); else one per token
   void clear() {
     tokens.clear();
     q.clear();
@@ -188,6 +196,8 @@ class DraftModel {
   std::vector<int64_t> first_;
   std::vector<float> logits_;
   std::vector<StepTime> last_steps_;
+  std::vector<int32_t> whole_rows_;  // a step's outputs that come back whole (the rest: top 1)
+  int top_k_ = -1;                   // whether ctx_ reduces rows to their top 1 (-1: not asked yet)
 };
 
 // --- policy ------------------------------------------------------------------------------------
