@@ -4,6 +4,7 @@
 #include <cstring>
 #include <limits>
 
+#include "src/base/fast_exp.h"
 #include "src/base/half.h"
 #include "src/base/mapped_file.h"
 #include "tests/testdata.h"
@@ -47,4 +48,27 @@ TEST_CASE("base: mapped file errors name the file") {
   auto d = MappedFile::open("/tmp");
   REQUIRE_FALSE(d.ok());
   CHECK(d.error().message.find("not a regular file") != std::string::npos);
+}
+
+TEST_CASE("base: exp_approx is within 1 ulp of std::exp and 0 below the normal range, exp_masked drops -inf and NaN") {
+  double worst = 0;  // in ulps of std::exp's result
+  float worst_x = 0;
+  int64_t n = 0;
+  for (float x = -87.33f; x <= 88.3f; x += 1e-4f * (1.f + std::abs(x)), ++n) {
+    const float want = std::exp(x), got = kite::exp_approx(x);
+    const double ulp = std::nextafter(want, INFINITY) - want;
+    if (std::abs(static_cast<double>(got) - want) / ulp > worst) worst = std::abs(static_cast<double>(got) - want) / ulp, worst_x = x;
+  }
+  MESSAGE(n, " points, worst ", worst, " ulp at ", worst_x);
+  CHECK(worst <= 1.0);
+  CHECK(kite::exp_approx(0.f) == 1.f);
+  CHECK(kite::exp_approx(-87.34f) == 0.f);
+  CHECK(kite::exp_approx(-1e30f) == 0.f);
+  CHECK(kite::exp_approx(-INFINITY) == 0.f);
+  CHECK(kite::exp_approx(1000.f) == kite::exp_approx(88.3f));
+  CHECK(std::isfinite(kite::exp_approx(88.3f)));
+  CHECK(kite::exp_masked(2.f, 1.f, 0.5f) == kite::exp_approx(0.5f));
+  CHECK(kite::exp_masked(-INFINITY, 1.f, 1.f) == 0.f);
+  CHECK(kite::exp_masked(std::numeric_limits<float>::quiet_NaN(), 1.f, 1.f) == 0.f);
+  CHECK(kite::exp_masked(-std::numeric_limits<float>::quiet_NaN(), 1.f, 1.f) == 0.f);
 }

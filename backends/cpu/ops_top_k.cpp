@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "backends/cpu/ops.h"
+#include "src/base/fast_exp.h"
 #include "src/core/graph.h"
 
 namespace kite::cpu {
@@ -56,19 +57,19 @@ void best_one(const float* x, int64_t n, std::vector<Entry>& out) {
   out.push_back({x[i], static_cast<int32_t>(i)});  // (x[i], not m: -0 and +0 compare equal)
 }
 
-// sum(exp(x - m)) over the entries that are not NaN (-inf adds nothing).
+// sum(exp(x - m)) over the entries that are not NaN (-inf adds nothing), as the host sampler's
+// log-sum-exp sums them.
 double sum_exp(const float* x, int64_t n, float m) {
   float buf[kLanes];
   double z = 0.0;
   int64_t i = 0;
   for (; i + kLanes <= n; i += kLanes) {
-    for (int64_t j = 0; j < kLanes; ++j) buf[j] = x[i + j] == x[i + j] ? std::exp(x[i + j] - m) : 0.f;
+    for (int64_t j = 0; j < kLanes; ++j) buf[j] = exp_masked(x[i + j], m, 1.f);
     for (int64_t w = kLanes / 2; w > 0; w /= 2)
       for (int64_t j = 0; j < w; ++j) buf[j] += buf[j + w];
     z += buf[0];
   }
-  for (; i < n; ++i)
-    if (x[i] == x[i]) z += std::exp(x[i] - m);
+  for (; i < n; ++i) z += exp_masked(x[i], m, 1.f);
   return z;
 }
 
@@ -78,13 +79,12 @@ int32_t draw_token(const float* x, int64_t n, float m, float t, double u, std::v
   if (!(t > 0.f) || !(m > -std::numeric_limits<float>::infinity())) return -1;
   const float inv_t = 1.f / t;
   w.resize(static_cast<size_t>(n));  // the weights, 0 for what is not allowed
+  for (int64_t i = 0; i < n; ++i) w[static_cast<size_t>(i)] = exp_masked(x[i], m, inv_t);
   double total = 0.0;
   int64_t last = -1;
   for (int64_t i = 0; i < n; ++i) {
-    const bool allowed = x[i] > -std::numeric_limits<float>::infinity();
-    w[static_cast<size_t>(i)] = allowed ? std::exp((x[i] - m) * inv_t) : 0.f;
     total += w[static_cast<size_t>(i)];
-    last = allowed ? i : last;
+    last = x[i] > -std::numeric_limits<float>::infinity() ? i : last;
   }
   const double target = u * total;
   double acc = 0.0;

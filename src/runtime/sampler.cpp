@@ -4,6 +4,8 @@
 #include <cmath>
 #include <limits>
 
+#include "src/base/fast_exp.h"
+
 namespace kite {
 namespace {
 
@@ -50,13 +52,12 @@ double sum_exp(std::span<const float> x, float m) {
   double z = 0.0;
   size_t i = 0;
   for (; i + kLanes <= x.size(); i += kLanes) {
-    for (size_t j = 0; j < kLanes; ++j) buf[j] = allowed(x[i + j]) ? std::exp(x[i + j] - m) : 0.f;
+    for (size_t j = 0; j < kLanes; ++j) buf[j] = exp_masked(x[i + j], m, 1.f);
     for (size_t w = kLanes / 2; w > 0; w /= 2)
       for (size_t j = 0; j < w; ++j) buf[j] += buf[j + w];
     z += buf[0];
   }
-  for (; i < x.size(); ++i)
-    if (allowed(x[i])) z += std::exp(x[i] - m);
+  for (; i < x.size(); ++i) z += exp_masked(x[i], m, 1.f);
   return z;
 }
 
@@ -343,14 +344,22 @@ int32_t Sampler::sample_chain(std::span<const float> logits) {
   return draw_candidate(filter_candidates(logits));
 }
 
+// probs_[i] = cand_[i]'s weight at the temperature (as the CPU top_k op's draw weighs a row:
+// exp_masked, summed in double in order); returns their sum.
+double Sampler::candidate_weights(float max_logit) {
+  const float inv_t = 1.f / params_.temperature;
+  probs_.resize(cand_.size());
+  for (size_t i = 0; i < cand_.size(); ++i) probs_[i] = exp_masked(cand_[i].first, max_logit, inv_t);
+  double total = 0.0;
+  for (double p : probs_) total += p;
+  return total;
+}
+
 // Temperature over the filtered cand_ (whose largest logit is `max_logit`), then the draw.
 int32_t Sampler::draw_candidate(float max_logit) {
   if (max_logit == kNegInf) return -1;
   // (Every filter keeps the most likely candidate, max_logit.)
-  const float inv_t = 1.f / params_.temperature;
-  probs_.resize(cand_.size());
-  double total = 0.0;
-  for (size_t i = 0; i < cand_.size(); ++i) total += probs_[i] = std::exp((cand_[i].first - max_logit) * inv_t);
+  const double total = candidate_weights(max_logit);
   const double u = next_uniform() * total;
   double acc = 0.0;
   for (size_t i = 0; i < cand_.size(); ++i) {
@@ -594,10 +603,7 @@ void Sampler::set_chosen(int32_t token, const TopLogits& top) {
 bool Sampler::candidate_distribution(float max_logit, std::vector<TokenProb>& out) {
   if (max_logit == kNegInf) return false;
   // The same arithmetic as sample_chain(), so a draw from `out` matches a draw there.
-  const float inv_t = 1.f / params_.temperature;
-  double total = 0.0;
-  probs_.resize(cand_.size());
-  for (size_t i = 0; i < cand_.size(); ++i) total += probs_[i] = std::exp((cand_[i].first - max_logit) * inv_t);
+  const double total = candidate_weights(max_logit);
   out.reserve(cand_.size());
   for (size_t i = 0; i < cand_.size(); ++i) out.push_back({cand_[i].second, static_cast<float>(probs_[i] / total)});
   return true;

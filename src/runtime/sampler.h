@@ -197,6 +197,7 @@ class Sampler {
   // compute_logprobs() from a row's top n candidates and log-sum-exp (the first n_logprobs).
   void logprobs_from_top(const TopLogits& top, size_t n);
   int32_t sample_chain(std::span<const float> logits);
+  double candidate_weights(float max_logit);  // probs_ from cand_ at the temperature; their sum
   // Steps 3-6 of the chain into cand_; returns the largest logit (-inf: nothing allowed).
   float filter_candidates(std::span<const float> logits);
   float filter_top_k();
