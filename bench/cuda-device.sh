@@ -28,6 +28,7 @@
 # also written as a GGUF file and run by llama-bench and llama-batched-bench right after kite.
 # Dry run on a machine without a GPU (checks the script, the parsing and the summary):
 #   DEVICE=cpu BIN=build-cudaprep MODELS="tiny:q4_K_M:60 tiny:q8_0:60" SKIP_TESTS=1 bash bench/cuda-device.sh
+# (TESTDATA=../shared/testdata adds the speculative step's rows.)
 # (LLAMA_BIN=/tmp/llama.cpp/build/bin adds llama.cpp's rows from a CPU build.)
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
@@ -253,6 +254,19 @@ for m in $models; do
           $sampling
       done
     done
+    # Speculative decoding with the test models (trained, one 4096-token vocabulary: the GPU path
+    # and its acceptance, not the 128K row cost): a draft model's greedy proposals (verify rows
+    # drawn on the device, draft rows one logit each) against sampled ones (whole rows both ways)
+    # at the OpenAI API's defaults, 32 sequences.
+    td="${KITE_TESTDATA_DIR:-${TESTDATA:-}}"
+    if [ -n "$td" ] && [ -f "$td/gguf/llama-target-Q4_K_M.gguf" ]; then
+      KEEP='^\||drafted|top-64 rows'
+      for ds in greedy sampled; do
+        run_step "speculative x32 openai --draft-sampling $ds" 20 "$bin/kite" bench --device "$device" \
+          -m "$td/gguf/llama-target-Q4_K_M.gguf" --draft "$td/gguf/llama-draft-f16.gguf" --draft-sampling "$ds" \
+          --draft-fixed --draft-max 4 --parallel 32 -p 32 -n 64 --openai-sampling --text "$td/heldout.txt"
+      done
+    fi
   fi
   first=0
 done
