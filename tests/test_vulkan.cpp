@@ -40,6 +40,14 @@ size_t mirrored_bytes() {
 #endif
 }
 
+bool unified_memory() {
+#ifdef KITE_VULKAN
+  return vk::vulkan_unified_memory(0);
+#else
+  return false;
+#endif
+}
+
 // True when the Vulkan tests can run; otherwise says why, visibly (a failure where
 // KITE_REQUIRE_VULKAN=1).
 bool have_vulkan(const char* what) {
@@ -111,6 +119,36 @@ TEST_CASE("vulkan: bytes round-trip through device buffers and copy on the devic
   REQUIRE(b.download(c, moved.data() + 10, 3960, 40).ok());
   CHECK(back == x);
   CHECK(std::equal(moved.begin() + 10, moved.end(), x.begin()));
+  // Rows gathered with one wait (Backend::download_many), out of order and one twice.
+  const size_t offsets[] = {2000, 0, 400, 2000};
+  std::vector<float> rows(4 * 100, -1.f);
+  REQUIRE(b.download_many(a, offsets, 400, rows.data()).ok());
+  for (size_t r = 0; r < 4; ++r) CHECK(std::equal(rows.begin() + r * 100, rows.begin() + r * 100 + 100, x.begin() + offsets[r] / 4));
+  const size_t past[] = {0, (size_t{1} << 20) - 100};  // (the second runs past the 1 MiB buffer)
+  CHECK_FALSE(b.download_many(a, past, 400, rows.data()).ok());
+  // More than the 16 MiB staging buffer holds, where transfers go through it.
+  auto big = b.alloc(size_t{40} << 20);
+  REQUIRE(big.ok());
+  Tensor t = a;
+  t.ne = {10 << 20, 1, 1, 1};
+  t.nb = contiguous_strides(DType::F32, t.ne);
+  t.data = (*big)->base();
+  t.buffer = big->get();
+  std::vector<float> y(size_t{10} << 20), z(y.size(), 0.f);
+  for (size_t i = 0; i < y.size(); ++i) y[i] = static_cast<float>(i % 100003);
+  REQUIRE(b.upload(t, y.data(), y.size() * 4).ok());
+  REQUIRE(b.download(t, z.data(), z.size() * 4).ok());
+  CHECK(z == y);
+  const size_t wide[] = {size_t{36} << 20, 0, size_t{20} << 20};  // 4 MiB each: two staging loads
+  std::vector<float> w(3 * (size_t{1} << 20));
+  REQUIRE(b.download_many(t, wide, size_t{4} << 20, w.data()).ok());
+  for (size_t r = 0; r < 3; ++r)
+    CHECK(std::equal(w.begin() + static_cast<ptrdiff_t>(r << 20), w.begin() + static_cast<ptrdiff_t>((r + 1) << 20),
+                     y.begin() + static_cast<ptrdiff_t>(wide[r] / 4)));
+  // KITE_VULKAN_STAGING=1 (a ctest of its own): every transfer above went through staging copies.
+  const char* staged = std::getenv("KITE_VULKAN_STAGING");
+  if (staged != nullptr && std::string_view(staged) == "1") CHECK_FALSE(unified_memory());
+  MESSAGE("vulkan: buffers ", std::string(unified_memory() ? "host-visible (mapped)" : "device-only (staging copies)"));
   // A tensor outside the device's buffers is an error naming it, not a wild write.
   Tensor host = a;
   host.data = x.data();

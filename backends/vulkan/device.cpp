@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "backends/vulkan/shaders.h"
@@ -261,9 +262,11 @@ Status Device::open(int index) {
   // integrated GPUs, resizable BAR), else device-local buffers and host-visible staging.
   api_->vkGetPhysicalDeviceMemoryProperties(physical_, &mem_props_);
   heap_bytes_ = largest_device_heap(mem_props_);
+  const char* staged = std::getenv("KITE_VULKAN_STAGING");
+  staged_only_ = staged != nullptr && std::string_view(staged) == "1";
   const VkMemoryPropertyFlags unified =
       VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT | VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT;
-  for (uint32_t i = 0; i < mem_props_.memoryTypeCount && !unified_; ++i) {
+  for (uint32_t i = 0; i < mem_props_.memoryTypeCount && !unified_ && !staged_only_; ++i) {
     const VkMemoryType& t = mem_props_.memoryTypes[i];
     if ((t.propertyFlags & unified) == unified && mem_props_.memoryHeaps[t.heapIndex].size >= heap_bytes_ / 2) {
       unified_ = true;
@@ -324,7 +327,7 @@ Allocation::~Allocation() {
   if (memory) api.vkFreeMemory(dev->handle(), memory, nullptr);  // unmaps
 }
 
-Result<std::unique_ptr<Allocation>> Device::alloc_memory(size_t bytes, uint32_t type, std::string_view what) {
+Result<std::unique_ptr<Allocation>> Device::alloc_memory(size_t bytes, uint32_t type, std::string_view what, bool map) {
   auto a = std::make_unique<Allocation>();
   a->dev = this;
   a->bytes = std::max<size_t>(bytes, 16);
@@ -349,7 +352,7 @@ Result<std::unique_ptr<Allocation>> Device::alloc_memory(size_t bytes, uint32_t 
     return make_error("vulkan: out of device memory allocating ", bytes / kMiB, " MiB for ", what, " on ", name_, " (",
                       memory_used() / kMiB, " MiB in use of ", heap_bytes_ / kMiB, " MiB; ", result_name(r), ")");
   KITE_VK_CHECK(api_->vkBindBufferMemory(device_, a->buffer, a->memory, 0));
-  if (mem_props_.memoryTypes[type].propertyFlags & VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT)
+  if (map && (mem_props_.memoryTypes[type].propertyFlags & VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT))
     KITE_VK_CHECK(api_->vkMapMemory(device_, a->memory, 0, VK_WHOLE_SIZE, 0, &a->mapped));
   VkBufferDeviceAddressInfo bai{VK_STRUCTURE_TYPE_BUFFER_DEVICE_ADDRESS_INFO};
   bai.buffer = a->buffer;
@@ -361,7 +364,7 @@ Result<std::unique_ptr<Allocation>> Device::alloc_memory(size_t bytes, uint32_t 
 }
 
 Result<std::unique_ptr<Allocation>> Device::alloc(size_t bytes, std::string_view what) {
-  return alloc_memory(bytes, device_type_, what);
+  return alloc_memory(bytes, device_type_, what, !staged_only_);
 }
 
 size_t Device::memory_used() const {

@@ -99,6 +99,8 @@ class Device {
   Status submit(VkCommandBuffer cb, VkFence fence);
 
   size_t memory_total() const { return heap_bytes_; }
+  // Whether the host reads and writes buffers in place (else through staging copies).
+  bool unified() const { return unified_; }
   size_t memory_used() const;
 
  private:
@@ -108,7 +110,7 @@ class Device {
   template <class F>
   Status run_once(F&& record);
   Result<Allocation*> staging(size_t bytes);
-  Result<std::unique_ptr<Allocation>> alloc_memory(size_t bytes, uint32_t type, std::string_view what);
+  Result<std::unique_ptr<Allocation>> alloc_memory(size_t bytes, uint32_t type, std::string_view what, bool map = true);
 
   const Api* api_ = nullptr;  // the process-wide loader and instance (device.cpp)
   VkPhysicalDevice physical_ = VK_NULL_HANDLE;
@@ -121,6 +123,9 @@ class Device {
   uint32_t device_type_ = UINT32_MAX;   // memory type of buffers
   uint32_t staging_type_ = UINT32_MAX;  // host-visible memory for staging (when buffers are not)
   bool unified_ = false;                // buffers are host-visible: no staging
+  // KITE_VULKAN_STAGING=1: buffers are never mapped and every transfer goes through staging, as
+  // on a discrete GPU (so lavapipe runs that path in CI).
+  bool staged_only_ = false;
   size_t heap_bytes_ = 0;
   VkPipelineLayout layout_ = VK_NULL_HANDLE;
 

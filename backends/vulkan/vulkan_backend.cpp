@@ -262,4 +262,9 @@ size_t vulkan_mirrored_bytes(int index) {
   return dev.ok() ? (*dev)->mirrored_bytes() : 0;
 }
 
+bool vulkan_unified_memory(int index) {
+  auto dev = Device::get(index);
+  return dev.ok() && (*dev)->unified();
+}
+
 }  // namespace kite::vk

@@ -31,5 +31,9 @@ Result<std::unique_ptr<Backend>> make_vulkan_backend(const BackendOptions& opts)
 
 // Bytes of host weights mirrored on device `index` now (shared by all backends on it).
 size_t vulkan_mirrored_bytes(int index);
+// Whether device `index`'s buffers are host-visible (lavapipe, integrated GPUs, resizable BAR);
+// else the host reads and writes them through staging copies (discrete GPUs, or lavapipe with
+// KITE_VULKAN_STAGING=1).
+bool vulkan_unified_memory(int index);
 
 }  // namespace kite::vk
