@@ -786,4 +786,7 @@ TEST_CASE("speculative: kite run --spec ngram prints the same text and its accep
   auto no_draft = run_kite({"run", "-m", m, "-p", "hi", "--spec", "draft"});
   CHECK(no_draft.exit_code == 2);
   CHECK(no_draft.err.find("--spec draft needs --draft MODEL") != std::string::npos);
+  auto rule = run_kite({"run", "-m", m, "-p", "hi", "--spec", "ngram", "--draft-sampling", "residual"});
+  CHECK(rule.exit_code == 2);
+  CHECK(rule.err.find("--draft-sampling") != std::string::npos);
 }

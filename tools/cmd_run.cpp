@@ -1,6 +1,7 @@
 // kite run -m MODEL -p PROMPT [-p PROMPT ...] [--prompts-file F] [-n N] [sampling flags]
 //          [--json-schema FILE | --grammar FILE] [--stop S ...] [--parallel N]
 //          [--draft MODEL | --spec ngram] [--draft-max N] [--draft-p-min P] [--draft-fixed]
+//          [--draft-sampling greedy|sampled]
 //
 // One prompt: the continuation streams to stdout after the prompt. Several prompts (or --jsonl):
 // they run concurrently through the scheduler and each completion is printed as one JSON line,
