@@ -340,6 +340,7 @@ Status Context::decode(std::span<const BatchToken> batch, OutputKind kind, Outpu
   top_drawn_ = !top_k.draws.empty();
   last_step_ = top_k.k > 0 ? step : nullptr;
   fetched_slot_.clear();
+  fetched_.clear();
   return ok_status();
 }
 
@@ -486,15 +487,14 @@ Status Context::fetch_logits(std::span<const size_t> outputs) {
   }
   if (fetch_outputs_.empty()) return ok_status();
   const Tensor& all = *last_step_->logits;
-  const size_t row_bytes = static_cast<size_t>(all.ne[0]) * sizeof(float);
-  size_t slots = 0;  // rows already fetched since the step
-  for (int32_t s : fetched_slot_) slots += s >= 0;
+  const size_t nv = static_cast<size_t>(all.ne[0]);
+  const size_t slots = fetched_.size() / nv;  // rows already fetched since the step
   fetch_offsets_.clear();
   for (size_t i : fetch_outputs_) fetch_offsets_.push_back(i * all.nb[1]);
-  fetched_.resize((slots + fetch_outputs_.size()) * static_cast<size_t>(all.ne[0]));
+  fetched_.resize((slots + fetch_outputs_.size()) * nv);
   const Backend& be = *last_step_->backends[static_cast<size_t>(last_step_->split.backend_of(&all))];
-  float* dst = fetched_.data() + slots * static_cast<size_t>(all.ne[0]);
-  const Status st = be.download_many(all, fetch_offsets_, row_bytes, dst);
+  const Status st = be.download_many(all, fetch_offsets_, nv * sizeof(float), fetched_.data() + slots * nv);
+  if (!st) fetched_.resize(slots * nv);
   for (size_t j = 0; j < fetch_outputs_.size(); ++j)
     fetched_slot_[fetch_outputs_[j]] = st ? static_cast<int32_t>(slots + j) : -1;
   return st;
