@@ -46,6 +46,28 @@ TEST_CASE("generate: kite run rejects bad arguments and files") {
   CHECK(!vocab_only.err.empty());
   auto neg = run_kite({"run", "-m", testdata("gguf/stories260K.gguf"), "-p", "hi", "-n", "-3"});
   CHECK(neg.exit_code == 2);
+  CHECK_MESSAGE(neg.err.find("--n-predict: must be >= 0, got -3") != std::string::npos, neg.err);
+  auto zero_ctx = run_kite({"run", "-m", testdata("gguf/stories260K.gguf"), "-p", "hi", "-c", "0"});
+  CHECK(zero_ctx.exit_code == 2);
+  CHECK_MESSAGE(zero_ctx.err.find("--ctx: must be >= 1, got 0") != std::string::npos, zero_ctx.err);
+  auto top_p = run_kite({"run", "-m", testdata("gguf/stories260K.gguf"), "-p", "hi", "--top-p", "1.5"});
+  CHECK(top_p.exit_code == 2);
+  CHECK_MESSAGE(top_p.err.find("--top-p: must be in [0, 1], got 1.5") != std::string::npos, top_p.err);
+  auto word = run_kite({"run", "-m", testdata("gguf/stories260K.gguf"), "-p", "hi", "-t", "two"});
+  CHECK(word.exit_code == 2);
+  CHECK_MESSAGE(word.err.find("'two' is not a number") != std::string::npos, word.err);
+}
+
+TEST_CASE("generate: kite run says when the context, not -n, ended a completion") {
+  const std::string model = testdata("gguf/stories260K.gguf");
+  auto cut = run_kite({"run", "-m", model, "-p", "Once upon a time", "-c", "12", "-n", "50", "--ignore-eos"});
+  REQUIRE_MESSAGE(cut.exit_code == 0, cut.err);
+  CHECK_MESSAGE(cut.err.find("stopped at the context limit (-c 12: ") != std::string::npos, cut.err);
+  CHECK(cut.err.find("before -n 50") != std::string::npos);
+  auto whole = run_kite({"run", "-m", model, "-p", "Once upon a time", "-c", "64", "-n", "8", "--ignore-eos"});
+  REQUIRE_MESSAGE(whole.exit_code == 0, whole.err);
+  CHECK(whole.err.find("context limit") == std::string::npos);
+  CHECK(whole.err.find("generated 8 tokens") != std::string::npos);
 }
 
 TEST_CASE("generate: sampling is reproducible for a seed") {

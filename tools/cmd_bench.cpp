@@ -359,15 +359,16 @@ int run_single(const BenchArgs& a, const std::shared_ptr<const Model>& model, co
   std::printf("| model | size | params | threads | test | t/s | GB/s |\n|---|---:|---:|---:|---|---:|---:|\n");
   // The threads column names the device for GPU runs (both rows alike).
   const std::string where = a.device == "cpu" ? std::to_string(threads) : a.device;
+  const std::string size_text = human_bytes(weight_bytes), params_text = human_count(params);
   if (!pp.empty())
-    std::printf("| %s | %.2f GiB | %.2f B | %s | pp%d | %.2f | |\n", name.c_str(), weight_bytes / double(1ull << 30),
-                params / 1e9, where.c_str(), a.n_prompt, pp_ts);
+    std::printf("| %s | %s | %s | %s | pp%d | %.2f | |\n", name.c_str(), size_text.c_str(), params_text.c_str(),
+                where.c_str(), a.n_prompt, pp_ts);
   if (!tg.empty()) {
     char gbs[96];
     if (bw > 0) std::snprintf(gbs, sizeof gbs, "%.1f (%.0f%% of %.1f)", tg_gbs, 100 * tg_gbs / bw, bw);
     else std::snprintf(gbs, sizeof gbs, "%.1f", tg_gbs);
-    std::printf("| %s | %.2f GiB | %.2f B | %s | tg%d | %.2f | %s |\n", name.c_str(), weight_bytes / double(1ull << 30),
-                params / 1e9, where.c_str(), a.n_gen, tg_ts, gbs);
+    std::printf("| %s | %s | %s | %s | tg%d | %.2f | %s |\n", name.c_str(), size_text.c_str(), params_text.c_str(),
+                where.c_str(), a.n_gen, tg_ts, gbs);
   }
   if (bw > 0 && a.bandwidth > 0)
     std::printf("(median of %d; device %s; read bandwidth %.1f GB/s as given)\n", a.reps, a.device.c_str(), bw);
@@ -390,51 +391,51 @@ void register_bench(CLI::App& app, Action* run) {
                   "Weights of the synthetic model: a type for every matrix (f16, q4_0, q8_0, q4_K, ...) or a "
                   "llama.cpp mix with its per-tensor types (q4_K_M, q5_K_M, q3_K_M, ...)");
   cmd->add_option("--write-gguf", a->write_gguf, "Also write the model as this GGUF file");
-  cmd->add_option("-p,--n-prompt", a->n_prompt, "Prompt tokens (pp test; 0: skip)")->check(CLI::NonNegativeNumber);
-  cmd->add_option("-n,--n-gen", a->n_gen, "Generated tokens (tg test; 0: skip)")->check(CLI::NonNegativeNumber);
-  cmd->add_option("-r,--repetitions", a->reps, "Repetitions (the median is reported)")->check(CLI::PositiveNumber);
-  cmd->add_option("-t,--threads", a->threads, "Threads (default: all physical cores)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("-p,--n-prompt", a->n_prompt, "Prompt tokens (pp test; 0: skip)")->check(at_least(0));
+  cmd->add_option("-n,--n-gen", a->n_gen, "Generated tokens (tg test; 0: skip)")->check(at_least(0));
+  cmd->add_option("-r,--repetitions", a->reps, "Repetitions (the median is reported)")->check(at_least(1));
+  cmd->add_option("-t,--threads", a->threads, "Threads (default: all physical cores)")->check(at_least(0));
   cmd->add_option("--device", a->device, "Where to compute: cpu, cuda (builds with KITE_CUDA) or vulkan (builds with KITE_VULKAN)");
   add_gpu_layers_flag(cmd, &a->gpu_layers);
   cmd->add_option("--tensor-parallel,--tp", a->tensor_parallel, "Split every layer over N ranks on --device")
-      ->check(CLI::PositiveNumber);
+      ->check(at_least(1));
   cmd->add_option("--bandwidth", a->bandwidth,
                   "GB/s to compare generation's achieved GB/s with (e.g. kite-cuda-bandwidth's figure for "
                   "--device cuda; default: the host's read bandwidth, measured, for --device cpu)")
-      ->check(CLI::PositiveNumber);
+      ->check(greater_than(0));
   cmd->add_flag("--json", a->json, "Print the pp/tg results as one JSON line (--and-parallel's table follows it)");
   cmd->add_option("--parallel", a->parallel,
                   "Batched mode: concurrent sequences through the scheduler, e.g. 1,4,16,64 (llama-batched-bench's -npl)")
       ->delimiter(',')
-      ->check(CLI::PositiveNumber);
+      ->check(at_least(1));
   auto* ap = cmd->add_option("--and-parallel", a->and_parallel,
                              "After the pp/tg test, the batched test at these sequence counts on the same model "
                              "(one load or synthetic build for both), e.g. 1,16,64")
                  ->delimiter(',')
-                 ->check(CLI::PositiveNumber);
+                 ->check(at_least(1));
   ap->excludes("--parallel");
   cmd->add_option("--parallel-prompt", a->parallel_prompt,
                   "With --and-parallel: prompt tokens per sequence (default 128)")
-      ->check(CLI::PositiveNumber);
+      ->check(at_least(1));
   cmd->add_option("--parallel-gen", a->parallel_gen, "With --and-parallel: tokens generated per sequence (default 32)")
-      ->check(CLI::PositiveNumber);
+      ->check(at_least(1));
   cmd->add_option("--text", a->text, "Batched mode: prompts cut from this text file (default: random tokens)")
       ->check(CLI::ExistingFile);
   cmd->add_option("--top-k-outputs", a->top_k_outputs,
                   "Batched mode: steps bring back each row's top N logits, reduced on the device, when sampling "
                   "needs no more (default 64; 0: whole rows, sampled on the host)")
-      ->check(CLI::Range(0, 128));
+      ->check(between(0, 128));
   cmd->add_option("--temp", a->temperature, "Batched mode: sampling temperature (default 0: greedy)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(at_least(0));
   CLI::Option* openai = cmd->add_flag(
       "--openai-sampling", a->openai_sampling,
       "Batched mode: sample as the OpenAI API's defaults do (temperature 1 over the whole vocabulary; overrides --temp)");
   cmd->add_option("--top-p", a->top_p, "Batched mode, with --openai-sampling: the request's top_p (default 1)")
-      ->check(CLI::Range(0.0, 1.0))
+      ->check(between(0.0, 1.0))
       ->needs(openai);  // (alone it would be ignored: say so)
   cmd->add_option("--logprobs", a->logprobs,
                   "Batched mode: each token's top N logprobs, as the OpenAI API's logprobs/top_logprobs ask (default 0)")
-      ->check(CLI::Range(0, 20));
+      ->check(between(0, 20));
   add_speculative_flags(cmd, &a->spec);
   cmd->callback([run, a, cmd] {
     *run = [a, cmd] {

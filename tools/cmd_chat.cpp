@@ -501,7 +501,7 @@ void register_chat(CLI::App& app, Action* run) {
                   "A built-in chat template (kite template --list) or a Jinja file (default: the model's)");
   cmd->add_option("--system", a->system, "The system message");
   cmd->add_option("-n,--n-predict", a->n_predict, "Tokens per reply at most (0: a quarter of the context)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(at_least(0));
   cmd->callback([run, a] { *run = [a] { return run_chat(*a); }; });
 }
 

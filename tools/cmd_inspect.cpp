@@ -8,6 +8,7 @@
 #include "formats/safetensors.h"
 #include "formats/weight_source.h"
 #include "tools/commands.h"
+#include "tools/common.h"
 
 namespace kite::tools {
 namespace {
@@ -55,15 +56,6 @@ std::string shape_text(const std::vector<int64_t>& ne) {
   std::string s = "[";
   for (size_t i = 0; i < ne.size(); ++i) s += (i ? ", " : "") + std::to_string(ne[i]);
   return s + "]";
-}
-
-std::string human_bytes(uint64_t b) {
-  char buf[64];
-  if (b >= (1ull << 30)) std::snprintf(buf, sizeof buf, "%.2f GiB", b / double(1ull << 30));
-  else if (b >= (1ull << 20)) std::snprintf(buf, sizeof buf, "%.2f MiB", b / double(1ull << 20));
-  else if (b >= (1ull << 10)) std::snprintf(buf, sizeof buf, "%.1f KiB", b / 1024.0);
-  else std::snprintf(buf, sizeof buf, "%llu B", static_cast<unsigned long long>(b));
-  return buf;
 }
 
 struct Summary {

@@ -201,8 +201,15 @@ int run_run(RunArgs a) {
     return kExitFailure;
   }
   if (stream) std::cout << std::endl;
-  for (const Completion& c : done)
+  for (size_t i = 0; i < done.size(); ++i) {
+    const Completion& c = done[i];
     if (c.reason == FinishReason::kError) std::cerr << "kite run: " << c.error << "\n";
+    // Cut short by the context, not by -n: say so, or a short answer looks like the model's choice.
+    if (c.reason == FinishReason::kLength && a.n_predict > 0 && c.completion_tokens < a.n_predict)
+      std::cerr << "kite run: " << (done.size() > 1 ? "prompt " + std::to_string(i) + " " : std::string())
+                << "stopped at the context limit (-c " << a.model.ctx << ": " << c.prompt_tokens << " prompt + "
+                << c.completion_tokens << " generated tokens), before -n " << a.n_predict << "\n";
+  }
   const auto t2 = std::chrono::steady_clock::now();
   const double pp = std::chrono::duration<double>(t_first - t0).count();
   const double tg = std::chrono::duration<double>(t2 - t_first).count();
@@ -226,7 +233,7 @@ void register_run(CLI::App& app, Action* run) {
   add_speculative_flags(cmd, &a->spec);
   cmd->add_option("-p,--prompt", a->prompts, "A prompt (repeat for several, run concurrently)");
   cmd->add_option("--prompts-file", a->prompts_file, "Prompts, one JSON string per line")->check(CLI::ExistingFile);
-  cmd->add_option("-n,--n-predict", a->n_predict, "Tokens to generate at most per prompt")->check(CLI::NonNegativeNumber);
+  cmd->add_option("-n,--n-predict", a->n_predict, "Tokens to generate at most per prompt (0: until the context is full)")->check(at_least(0));
   cmd->add_option("--stop", a->stop, "Stop when this text is generated (repeatable; not printed)");
   auto* js = cmd->add_option("--json-schema", a->json_schema_file, "Constrain the output to this JSON Schema (a file)")
                  ->check(CLI::ExistingFile);
@@ -234,8 +241,8 @@ void register_run(CLI::App& app, Action* run) {
       ->check(CLI::ExistingFile)
       ->excludes(js);
   cmd->add_option("--parallel", a->parallel, "Sequences computed at once (default: the prompts, at most 64)")
-      ->check(CLI::PositiveNumber);
-  cmd->add_option("--batch", a->batch, "Tokens per model step (decode tokens plus prompt chunks)")->check(CLI::PositiveNumber);
+      ->check(at_least(1));
+  cmd->add_option("--batch", a->batch, "Tokens per model step (decode tokens plus prompt chunks)")->check(at_least(1));
   cmd->add_flag("--jsonl", a->jsonl, "Print one JSON line per prompt even for a single prompt");
   cmd->add_flag("--ignore-eos", a->ignore_eos, "Keep generating past end-of-generation tokens");
   cmd->add_flag("--no-bos", a->no_bos, "Do not add the model's BOS token");

@@ -151,24 +151,24 @@ void register_serve(CLI::App& app, Action* run) {
   add_speculative_flags(cmd, &a->spec);
   cmd->add_option("--host", a->http.host, "Address to listen on");
   cmd->add_option("--port", a->http.port, "Port to listen on (0: any free port, printed on stderr)")
-      ->check(CLI::Range(0, 65535));
+      ->check(between(0, 65535));
   cmd->add_option("--api-key", a->http.api_key, "Require 'Authorization: Bearer KEY' (except / and /health)");
-  cmd->add_option("--parallel", a->parallel, "Sequences computed at once (slots)")->check(CLI::Range(1, 1024));
-  cmd->add_option("--max-queue", a->max_queue, "Waiting requests before answering 429")->check(CLI::Range(1, 100000));
-  cmd->add_option("--batch", a->batch, "Tokens per model step")->check(CLI::PositiveNumber);
+  cmd->add_option("--parallel", a->parallel, "Sequences computed at once (slots)")->check(between(1, 1024));
+  cmd->add_option("--max-queue", a->max_queue, "Waiting requests before answering 429")->check(between(1, 100000));
+  cmd->add_option("--batch", a->batch, "Tokens per model step")->check(at_least(1));
   cmd->add_option("--prefill-chunk", a->prefill,
                   "Prompt tokens per step while other sequences decode (0: up to --batch)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(at_least(0));
   cmd->add_flag("--log-steps", a->log_steps, "Log each model step's batch composition and time to stderr");
   cmd->add_option("--timeout", a->http.timeout_s, "Seconds a generation may take before it is cut short")
-      ->check(CLI::PositiveNumber);
+      ->check(greater_than(0));
   cmd->add_option("--grace", a->grace_s, "Seconds running requests get to finish on SIGTERM")
-      ->check(CLI::NonNegativeNumber);
+      ->check(at_least(0));
   cmd->add_option("--template", a->template_name,
                   "Chat template: a built-in name (chatml, llama3, ...) or a Jinja file (default: the model's)");
   cmd->add_option("--max-body", a->max_body, "Largest request body (e.g. 8M); larger ones get 413");
   cmd->add_option("--http-threads", a->http.threads, "HTTP worker threads (default: enough for slots and queue)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(at_least(0));
   cmd->add_option("--cors", a->http.cors,
                   "Let browser pages on these origins call the API: '*' or a comma-separated list of origins");
   cmd->add_option("--ssl-cert", a->http.ssl_cert, "TLS certificate (PEM); with --ssl-key serves HTTPS")

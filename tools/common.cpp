@@ -1,6 +1,8 @@
 #include "tools/common.h"
 
 #include <charconv>
+#include <cstdio>
+#include <functional>
 
 #include "formats/quant/types.h"
 
@@ -13,6 +15,57 @@ Result<int32_t> parse_gpu_layers(const std::string& text) {
   if (ec != std::errc() || end != text.data() + text.size() || n < 0)
     return make_error("--gpu-layers '", text, "': expected a layer count (0, 1, 2, ...) or all (-1)");
   return n;
+}
+
+namespace {
+
+std::string number_text(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", v);
+  return buf;
+}
+
+CLI::Validator number_check(std::function<bool(double)> ok, const std::string& want) {
+  return CLI::Validator(
+      [ok = std::move(ok), want](std::string& text) -> std::string {
+        double v = 0;
+        if (!CLI::detail::lexical_cast(text, v)) return "'" + text + "' is not a number";
+        return ok(v) ? std::string() : "must be " + want + ", got " + text;
+      },
+      want);
+}
+
+}  // namespace
+
+CLI::Validator at_least(double lo) {
+  return number_check([lo](double v) { return v >= lo; }, ">= " + number_text(lo));
+}
+
+CLI::Validator greater_than(double lo) {
+  return number_check([lo](double v) { return v > lo; }, "> " + number_text(lo));
+}
+
+CLI::Validator between(double lo, double hi) {
+  return number_check([lo, hi](double v) { return v >= lo && v <= hi; },
+                      "in [" + number_text(lo) + ", " + number_text(hi) + "]");
+}
+
+std::string human_bytes(uint64_t b) {
+  char buf[64];
+  if (b >= (1ull << 30)) std::snprintf(buf, sizeof buf, "%.2f GiB", b / double(1ull << 30));
+  else if (b >= (1ull << 20)) std::snprintf(buf, sizeof buf, "%.2f MiB", b / double(1ull << 20));
+  else if (b >= (1ull << 10)) std::snprintf(buf, sizeof buf, "%.1f KiB", b / 1024.0);
+  else std::snprintf(buf, sizeof buf, "%llu B", static_cast<unsigned long long>(b));
+  return buf;
+}
+
+std::string human_count(uint64_t n) {
+  char buf[64];
+  if (n >= 1000000000ull) std::snprintf(buf, sizeof buf, "%.2f B", n / 1e9);
+  else if (n >= 1000000ull) std::snprintf(buf, sizeof buf, "%.2f M", n / 1e6);
+  else if (n >= 1000ull) std::snprintf(buf, sizeof buf, "%.1f K", n / 1e3);
+  else std::snprintf(buf, sizeof buf, "%llu", static_cast<unsigned long long>(n));
+  return buf;
 }
 
 void add_gpu_layers_flag(CLI::App* cmd, int32_t* layers) {
@@ -33,13 +86,13 @@ void add_gpu_layers_flag(CLI::App* cmd, int32_t* layers) {
 
 void add_model_flags(CLI::App* cmd, ModelArgs* a) {
   cmd->add_option("-m,--model", a->model, "A GGUF file or a Hugging Face folder")->required();
-  cmd->add_option("-t,--threads", a->threads, "Threads (default: all physical cores)")->check(CLI::NonNegativeNumber);
-  cmd->add_option("-c,--ctx", a->ctx, "Context length in tokens")->check(CLI::PositiveNumber);
+  cmd->add_option("-t,--threads", a->threads, "Threads (default: all physical cores)")->check(at_least(0));
+  cmd->add_option("-c,--ctx", a->ctx, "Context length in tokens")->check(at_least(1));
   cmd->add_option("--device", a->device, "Where to compute: cpu, cuda (an NVIDIA GPU; builds with KITE_CUDA) or vulkan (any Vulkan 1.2 GPU; builds with KITE_VULKAN); cuda:N / vulkan:N pick device N");
   add_gpu_layers_flag(cmd, &a->gpu_layers);
   cmd->add_option("--tensor-parallel,--tp", a->tensor_parallel,
                   "Split every layer over N ranks on --device (heads and FFN width; cpu: threads sharing -t)")
-      ->check(CLI::PositiveNumber);
+      ->check(at_least(1));
   cmd->add_option("--kv-type", a->kv_type, "KV cache element type: f16, bf16, f32, q8_0")
       ->check(CLI::IsMember({"f16", "bf16", "f32", "q8_0"}));
   cmd->add_option("--kv-memory", a->kv_memory, "KV cache pool size, e.g. 512M or 2G (default: ctx x sequences)");
@@ -50,10 +103,10 @@ void add_model_flags(CLI::App* cmd, ModelArgs* a) {
 }
 
 void add_sampling_flags(CLI::App* cmd, SamplerParams* p) {
-  cmd->add_option("--temp", p->temperature, "Temperature (0: greedy)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--temp", p->temperature, "Temperature (0: greedy)")->check(at_least(0));
   cmd->add_option("--top-k", p->top_k, "Keep the k most likely tokens (0: off)");
-  cmd->add_option("--top-p", p->top_p, "Keep the most likely tokens up to probability p (1: off)")->check(CLI::Range(0.0, 1.0));
-  cmd->add_option("--min-p", p->min_p, "Drop tokens below min-p times the top probability (0: off)")->check(CLI::Range(0.0, 1.0));
+  cmd->add_option("--top-p", p->top_p, "Keep the most likely tokens up to probability p (1: off)")->check(between(0.0, 1.0));
+  cmd->add_option("--min-p", p->min_p, "Drop tokens below min-p times the top probability (0: off)")->check(between(0.0, 1.0));
   cmd->add_option("--typical", p->typical_p, "Locally typical sampling with parameter p (1: off)");
   cmd->add_option("--repeat-penalty", p->repeat_penalty, "Penalize repeated tokens (1: off)");
   cmd->add_option("--repeat-last-n", p->penalty_last_n, "Tokens the penalties look back over (-1: all, 0: off)");
@@ -94,18 +147,18 @@ void add_speculative_flags(CLI::App* cmd, SpecArgs* a) {
   cmd->add_option("--draft", a->draft, "Draft model for speculative decoding (GGUF or HF folder, same vocabulary)");
   cmd->add_option("--spec", a->mode, "Speculative decoding: none, draft (needs --draft) or ngram (prompt lookup)")
       ->check(CLI::IsMember({"none", "draft", "ngram"}));
-  cmd->add_option("--draft-max", a->draft_max, "Proposals per sequence and step at most")->check(CLI::Range(1, 64));
+  cmd->add_option("--draft-max", a->draft_max, "Proposals per sequence and step at most")->check(between(1, 64));
   cmd->add_option("--draft-p-min", a->p_min, "Stop drafting when the draft's top probability is below this")
-      ->check(CLI::Range(0.0, 1.0));
+      ->check(between(0.0, 1.0));
   cmd->add_flag("--draft-fixed", a->fixed, "Always draft --draft-max tokens (no adaptive length)");
   cmd->add_option("--draft-sampling", a->draft_sampling,
                   "How a draft model proposes when sampling: greedy (its best token, kept when the target samples it; "
                   "rows stay on the device) or sampled (drawn, verified by the rejection rule; rows come back whole)")
       ->check(CLI::IsMember({"greedy", "sampled"}));
   cmd->add_option("--ngram-min", a->ngram_min, "--spec ngram: shortest suffix (tokens) matched in earlier text")
-      ->check(CLI::Range(1, 16));
+      ->check(between(1, 16));
   cmd->add_option("--ngram-max", a->ngram_max, "--spec ngram: longest suffix (tokens) matched in earlier text")
-      ->check(CLI::Range(1, 16));
+      ->check(between(1, 16));
 }
 
 Result<SpeculativeOptions> speculative_options(const SpecArgs& a) {

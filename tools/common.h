@@ -75,6 +75,17 @@ Result<std::unique_ptr<Context>> load_draft(const SpecArgs& a, const ModelArgs& 
 // "kite CMD: speculative (draft): drafted N, accepted M (R%), draft steps S" on stderr.
 void print_speculative_stats(const char* cmd, SpecMode mode, const SchedulerStats& st);
 
+// Numeric flag checks whose errors read "--ctx: must be at least 1, got 0" (CLI11's
+// NonNegativeNumber/PositiveNumber print double's whole range instead). The help shows the bound.
+CLI::Validator at_least(double lo);
+CLI::Validator greater_than(double lo);
+CLI::Validator between(double lo, double hi);
+
+// 1.23 GiB / 4.56 MiB / 7.8 KiB / 12 B.
+std::string human_bytes(uint64_t bytes);
+// A parameter count as llama-bench writes it: 1.24 B, 16.81 M, 260.1 K, 512.
+std::string human_count(uint64_t n);
+
 // "1.5G", "512M", "64K", "1000" (bytes) -> bytes; an error names the text.
 Result<int64_t> parse_size(const std::string& text);
 
