@@ -68,6 +68,11 @@ TEST_CASE("generate: kite run says when the context, not -n, ended a completion"
   REQUIRE_MESSAGE(whole.exit_code == 0, whole.err);
   CHECK(whole.err.find("context limit") == std::string::npos);
   CHECK(whole.err.find("generated 8 tokens") != std::string::npos);
+  CHECK(whole.err.find("warning") == std::string::npos);
+  // Past the model's training context (2048 for stories260K): a warning, and the run goes on.
+  auto long_ctx = run_kite({"run", "-m", model, "-p", "Once upon a time", "-c", "4096", "-n", "2"});
+  REQUIRE_MESSAGE(long_ctx.exit_code == 0, long_ctx.err);
+  CHECK_MESSAGE(long_ctx.err.find("warning: -c 4096 is longer than the 2048 tokens") != std::string::npos, long_ctx.err);
 }
 
 TEST_CASE("generate: sampling is reproducible for a seed") {

@@ -121,6 +121,9 @@ Result<Loaded> load_model(const ModelArgs& a, int32_t n_seqs) {
   KITE_ASSIGN_OR_RETURN(l.tokenizer, Tokenizer::load(source->metadata()));
   KITE_ASSIGN_OR_RETURN(auto model, Model::from_source(std::move(source)));
   l.model = std::move(model);
+  if (const int64_t trained = l.model->hparams().n_ctx_train; trained > 0 && a.ctx > trained)
+    std::fprintf(stderr, "kite: warning: -c %lld is longer than the %lld tokens %s was trained on; past them its output degrades\n",
+                 static_cast<long long>(a.ctx), static_cast<long long>(trained), a.model.c_str());
   ContextOptions opts;
   opts.n_threads = a.threads;
   opts.n_ctx = a.ctx;
