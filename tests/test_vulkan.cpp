@@ -165,13 +165,23 @@ TEST_CASE("vulkan: the GPU-shaped mul_mat (forced on lavapipe) matches the refer
   // KITE_VULKAN_MATMUL=gpu forces here so CI runs them too.
   setenv("KITE_VULKAN_MATMUL", "gpu", 1);
   uint32_t seed = 900;
+  // n 1 and 9: mmv_gpu; 70: the tiled kernel (two column tiles, the second partial; m 37 is a
+  // partial row tile, m 130 three).
   for (DType t : ops_test::kQuantTypes)
-    for (int64_t n : {1, 9}) ops_test::check_mul_mat(t, 512, 37, n, 1, false, seed++);
+    for (int64_t n : {1, 9, 70}) ops_test::check_mul_mat(t, 512, 37, n, 1, false, seed++);
+  for (DType t : ops_test::kQuantTypes) ops_test::check_mul_mat(t, 256, 130, 33, 1, false, seed++);
   for (DType t : ops_test::kFloatTypes) {
     ops_test::check_mul_mat(t, 520, 21, 1, 1, false, seed++);
     ops_test::check_mul_mat(t, 67, 13, 3, 1, false, seed++);
+    ops_test::check_mul_mat(t, 520, 70, 40, 1, false, seed++);  // tiled, rows 16-byte aligned
+    ops_test::check_mul_mat(t, 67, 13, 65, 1, false, seed++);   // tiled, a partial last chunk
   }
-  ops_test::check_mul_mat(DType::Q4_K, 256, 21, 5, 2, true, seed++);  // 3-D, strided
+  ops_test::check_mul_mat(DType::Q4_K, 256, 21, 5, 2, true, seed++);   // 3-D, strided
+  ops_test::check_mul_mat(DType::Q4_K, 256, 21, 20, 3, true, seed++);  // tiled, 3-D, strided
+  // KITE_VULKAN_TILED=1: the tiled kernel from 2 columns on (a tile almost all padding).
+  setenv("KITE_VULKAN_TILED", "1", 1);
+  for (DType t : {DType::Q6_K, DType::Q8_0, DType::F16}) ops_test::check_mul_mat(t, 256, 37, 2, 1, false, seed++);
+  unsetenv("KITE_VULKAN_TILED");
   unsetenv("KITE_VULKAN_MATMUL");
 }
 

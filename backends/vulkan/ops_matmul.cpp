@@ -12,6 +12,9 @@
 // - GPUs: shaders/mmv_gpu_<type>.comp, one workgroup per kGpuRows weight rows x kGpuCols
 //   columns, its invocations splitting k (coalesced weight reads) and adding their partial sums
 //   in shared memory; mmv_gpu1_<type>.comp for one column. Decode has m / kGpuRows workgroups.
+//   From kTiledMinCols columns on (prefill, large batches): shaders/mm_tiled_<type>.comp, one
+//   workgroup per kTiledRows x kTiledCols tile of the output multiplied out of shared memory,
+//   each weight decoded once per kTiledCols columns.
 // Activations are read as 16-byte vectors; rows that are not aligned for it are first copied
 // to scratch by mul_mat_pack_x.comp. get_rows: shaders/get_rows_<type>.comp, one invocation per
 // 8 elements.
@@ -31,20 +34,30 @@ constexpr uint32_t kMulMatRows = 256;    // ROWS in shaders/mul_mat.glsl
 constexpr uint32_t kMulMatCols = 8;      // NC in shaders/mul_mat.glsl
 constexpr uint32_t kGpuRows = 2;         // NR in shaders/mmv_gpu.glsl
 constexpr uint32_t kGpuCols = 8;         // NC in shaders/mmv_gpu.glsl
+constexpr uint32_t kTiledRows = 64;       // BM in shaders/mm_tiled.glsl
+constexpr uint32_t kTiledCols = 64;       // BN in shaders/mm_tiled.glsl
+// Columns from which the GPU shape multiplies tiles: below it mmv_gpu reads each weight row
+// ceil(n / 8) times and does a shared-memory reduction per 8 columns; at 32 and more a 64-column
+// tile wastes at most half its multiply-adds and reads the weights once. (A guess, to be
+// replaced by a measurement on a real GPU; KITE_VULKAN_TILED=0|1 forces either way.)
+constexpr uint64_t kTiledMinCols = 32;
 constexpr uint32_t kGetRowsGroup = 128;  // WG in shaders/get_rows.glsl
 constexpr uint32_t kChunk = 8;           // elements per decoded chunk (shaders/dequant.glsl)
 constexpr uint32_t kPackGroup = 256;     // local size of shaders/mul_mat_pack_x.comp
 
 // The shaders of one weight type. mul_mat[0] takes kMulMatCols columns a tile, mul_mat[1] one
-// (n = 1, decode: no work on absent columns); gpu is the same pair in the GPU shape. Float types
-// add both pairs for rows that start 16-byte aligned with k % 8 == 0 (16-byte weight loads).
+// (n = 1, decode: no work on absent columns); gpu is the same pair in the GPU shape, tiled its
+// many-column kernel. Float types add all three for rows that start 16-byte aligned with
+// k % 8 == 0 (16-byte weight loads).
 struct TypeShaders {
   DType type;
   std::string_view get_rows;
   std::array<std::string_view, 2> mul_mat;
   std::array<std::string_view, 2> gpu;
+  std::string_view tiled;
   std::array<std::string_view, 2> mul_mat_a16 = {};
   std::array<std::string_view, 2> gpu_a16 = {};
+  std::string_view tiled_a16 = {};
 };
 
 constexpr std::array<TypeShaders, 15> kShaders = {{
@@ -52,32 +65,38 @@ constexpr std::array<TypeShaders, 15> kShaders = {{
      "get_rows_f32",
      {"mul_mat_f32", "mul_mat1_f32"},
      {"mmv_gpu_f32", "mmv_gpu1_f32"},
+     "mm_tiled_f32",
      {"mul_mat_f32_a16", "mul_mat1_f32_a16"},
-     {"mmv_gpu_f32_a16", "mmv_gpu1_f32_a16"}},
+     {"mmv_gpu_f32_a16", "mmv_gpu1_f32_a16"},
+     "mm_tiled_f32_a16"},
     {DType::F16,
      "get_rows_f16",
      {"mul_mat_f16", "mul_mat1_f16"},
      {"mmv_gpu_f16", "mmv_gpu1_f16"},
+     "mm_tiled_f16",
      {"mul_mat_f16_a16", "mul_mat1_f16_a16"},
-     {"mmv_gpu_f16_a16", "mmv_gpu1_f16_a16"}},
+     {"mmv_gpu_f16_a16", "mmv_gpu1_f16_a16"},
+     "mm_tiled_f16_a16"},
     {DType::BF16,
      "get_rows_bf16",
      {"mul_mat_bf16", "mul_mat1_bf16"},
      {"mmv_gpu_bf16", "mmv_gpu1_bf16"},
+     "mm_tiled_bf16",
      {"mul_mat_bf16_a16", "mul_mat1_bf16_a16"},
-     {"mmv_gpu_bf16_a16", "mmv_gpu1_bf16_a16"}},
-    {DType::Q4_0, "get_rows_q4_0", {"mul_mat_q4_0", "mul_mat1_q4_0"}, {"mmv_gpu_q4_0", "mmv_gpu1_q4_0"}},
-    {DType::Q4_1, "get_rows_q4_1", {"mul_mat_q4_1", "mul_mat1_q4_1"}, {"mmv_gpu_q4_1", "mmv_gpu1_q4_1"}},
-    {DType::Q5_0, "get_rows_q5_0", {"mul_mat_q5_0", "mul_mat1_q5_0"}, {"mmv_gpu_q5_0", "mmv_gpu1_q5_0"}},
-    {DType::Q5_1, "get_rows_q5_1", {"mul_mat_q5_1", "mul_mat1_q5_1"}, {"mmv_gpu_q5_1", "mmv_gpu1_q5_1"}},
-    {DType::Q8_0, "get_rows_q8_0", {"mul_mat_q8_0", "mul_mat1_q8_0"}, {"mmv_gpu_q8_0", "mmv_gpu1_q8_0"}},
-    {DType::Q2_K, "get_rows_q2_k", {"mul_mat_q2_k", "mul_mat1_q2_k"}, {"mmv_gpu_q2_k", "mmv_gpu1_q2_k"}},
-    {DType::Q3_K, "get_rows_q3_k", {"mul_mat_q3_k", "mul_mat1_q3_k"}, {"mmv_gpu_q3_k", "mmv_gpu1_q3_k"}},
-    {DType::Q4_K, "get_rows_q4_k", {"mul_mat_q4_k", "mul_mat1_q4_k"}, {"mmv_gpu_q4_k", "mmv_gpu1_q4_k"}},
-    {DType::Q5_K, "get_rows_q5_k", {"mul_mat_q5_k", "mul_mat1_q5_k"}, {"mmv_gpu_q5_k", "mmv_gpu1_q5_k"}},
-    {DType::Q6_K, "get_rows_q6_k", {"mul_mat_q6_k", "mul_mat1_q6_k"}, {"mmv_gpu_q6_k", "mmv_gpu1_q6_k"}},
-    {DType::IQ4_NL, "get_rows_iq4_nl", {"mul_mat_iq4_nl", "mul_mat1_iq4_nl"}, {"mmv_gpu_iq4_nl", "mmv_gpu1_iq4_nl"}},
-    {DType::IQ4_XS, "get_rows_iq4_xs", {"mul_mat_iq4_xs", "mul_mat1_iq4_xs"}, {"mmv_gpu_iq4_xs", "mmv_gpu1_iq4_xs"}},
+     {"mmv_gpu_bf16_a16", "mmv_gpu1_bf16_a16"},
+     "mm_tiled_bf16_a16"},
+    {DType::Q4_0, "get_rows_q4_0", {"mul_mat_q4_0", "mul_mat1_q4_0"}, {"mmv_gpu_q4_0", "mmv_gpu1_q4_0"}, "mm_tiled_q4_0"},
+    {DType::Q4_1, "get_rows_q4_1", {"mul_mat_q4_1", "mul_mat1_q4_1"}, {"mmv_gpu_q4_1", "mmv_gpu1_q4_1"}, "mm_tiled_q4_1"},
+    {DType::Q5_0, "get_rows_q5_0", {"mul_mat_q5_0", "mul_mat1_q5_0"}, {"mmv_gpu_q5_0", "mmv_gpu1_q5_0"}, "mm_tiled_q5_0"},
+    {DType::Q5_1, "get_rows_q5_1", {"mul_mat_q5_1", "mul_mat1_q5_1"}, {"mmv_gpu_q5_1", "mmv_gpu1_q5_1"}, "mm_tiled_q5_1"},
+    {DType::Q8_0, "get_rows_q8_0", {"mul_mat_q8_0", "mul_mat1_q8_0"}, {"mmv_gpu_q8_0", "mmv_gpu1_q8_0"}, "mm_tiled_q8_0"},
+    {DType::Q2_K, "get_rows_q2_k", {"mul_mat_q2_k", "mul_mat1_q2_k"}, {"mmv_gpu_q2_k", "mmv_gpu1_q2_k"}, "mm_tiled_q2_k"},
+    {DType::Q3_K, "get_rows_q3_k", {"mul_mat_q3_k", "mul_mat1_q3_k"}, {"mmv_gpu_q3_k", "mmv_gpu1_q3_k"}, "mm_tiled_q3_k"},
+    {DType::Q4_K, "get_rows_q4_k", {"mul_mat_q4_k", "mul_mat1_q4_k"}, {"mmv_gpu_q4_k", "mmv_gpu1_q4_k"}, "mm_tiled_q4_k"},
+    {DType::Q5_K, "get_rows_q5_k", {"mul_mat_q5_k", "mul_mat1_q5_k"}, {"mmv_gpu_q5_k", "mmv_gpu1_q5_k"}, "mm_tiled_q5_k"},
+    {DType::Q6_K, "get_rows_q6_k", {"mul_mat_q6_k", "mul_mat1_q6_k"}, {"mmv_gpu_q6_k", "mmv_gpu1_q6_k"}, "mm_tiled_q6_k"},
+    {DType::IQ4_NL, "get_rows_iq4_nl", {"mul_mat_iq4_nl", "mul_mat1_iq4_nl"}, {"mmv_gpu_iq4_nl", "mmv_gpu1_iq4_nl"}, "mm_tiled_iq4_nl"},
+    {DType::IQ4_XS, "get_rows_iq4_xs", {"mul_mat_iq4_xs", "mul_mat1_iq4_xs"}, {"mmv_gpu_iq4_xs", "mmv_gpu1_iq4_xs"}, "mm_tiled_iq4_xs"},
 }};
 
 const TypeShaders* shaders_for(DType t) {
@@ -96,7 +115,7 @@ struct MulMatPush {
   uint32_t k;
   uint32_t m;
   uint32_t n;
-  uint32_t row_tiles;  // mul_mat.glsl: ceil(m / kMulMatRows); mmv_gpu.glsl: ceil(m / kGpuRows)
+  uint32_t row_tiles;  // ceil(m / rows per workgroup): kMulMatRows, kGpuRows or kTiledRows
 };
 static_assert(offsetof(MulMatPush, x) == 16 && offsetof(MulMatPush, w_nb1) == 48 &&
               offsetof(MulMatPush, row_tiles) == 68 && sizeof(MulMatPush) == 72);
@@ -175,6 +194,16 @@ bool gpu_shape(const Stream& s) {
   return s.is_gpu();
 }
 
+// Whether the GPU shape multiplies `cols` columns in tiles: from kTiledMinCols on, unless
+// KITE_VULKAN_TILED=0 (never) or =1 (from 2 columns on) says otherwise; read per call.
+bool use_tiled(uint64_t cols) {
+  const char* env = std::getenv("KITE_VULKAN_TILED");
+  const std::string_view v = env == nullptr ? std::string_view() : std::string_view(env);
+  if (v == "0") return false;
+  if (v == "1") return cols > 1;
+  return cols >= kTiledMinCols;
+}
+
 bool get_rows_supported(const Tensor& n) {
   const Tensor* t = n.src[0];
   const Tensor* ids = n.src[1];
@@ -221,6 +250,11 @@ Status mul_mat(Stream& s, Tensor* n) {
   // The GPU shape's group count must fit the shader's 32-bit index (supports() checked only the
   // CPU shape's, which is smaller); past that, the CPU shape runs.
   const uint64_t gpu_groups = ceil_div(m, kGpuRows) * ceil_div(cols, kGpuCols);
+  const uint64_t tiled_groups = ceil_div(m, kTiledRows) * ceil_div(cols, kTiledCols);
+  if (gpu_shape(s) && tiled_groups <= kMax32 && use_tiled(cols)) {
+    p.row_tiles = static_cast<uint32_t>(ceil_div(m, kTiledRows));
+    return s.dispatch(w_a16 ? sh.tiled_a16 : sh.tiled, p, tiled_groups);
+  }
   if (gpu_shape(s) && gpu_groups <= kMax32) {
     p.row_tiles = static_cast<uint32_t>(ceil_div(m, kGpuRows));
     return s.dispatch((w_a16 ? sh.gpu_a16 : sh.gpu)[variant], p, gpu_groups);

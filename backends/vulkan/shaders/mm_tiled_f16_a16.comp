@@ -1,0 +1,9 @@
+// mm_tiled.glsl for F16 weights, rows 16-byte aligned, k % 8 == 0.
+#version 460
+#extension GL_GOOGLE_include_directive : require
+#extension GL_EXT_control_flow_attributes : require
+#define W_F16 1
+#define W_ALIGNED16 1
+#include "common.glsl"
+#include "dequant.glsl"
+#include "mm_tiled.glsl"
