@@ -205,6 +205,20 @@ TEST_CASE("synthetic: a tiny q4_K_M model is built as planned and runs, in kite 
   CHECK(both.out.find("\n|    1 |    6 |    5 |") != std::string::npos);
   CHECK(both.out.find("\n|    3 |    6 |    5 |") != std::string::npos);
   CHECK(both.err.find("built synthetic-tiny-q8_0") == both.err.rfind("built synthetic-tiny-q8_0"));  // built once
+  // -d: pp and tg after that many tokens in the context, labelled as llama-bench labels them.
+  const auto deep = run_kite({"bench", "--synthetic", "tiny", "--type", "q8_0", "-p", "8", "-n", "3", "-d", "300",
+                              "-r", "2", "-t", "2", "--bandwidth", "10"});
+  REQUIRE_MESSAGE(deep.exit_code == 0, deep.err);
+  CHECK_MESSAGE(deep.out.find("| pp8 @ d300 |") != std::string::npos, deep.out);
+  CHECK(deep.out.find("| tg3 @ d300 |") != std::string::npos);
+  CHECK(deep.err.find("filling the context with 300 tokens") != std::string::npos);
+  const auto deep_json = run_kite({"bench", "--synthetic", "tiny", "--type", "q8_0", "-p", "0", "-n", "2", "-d", "16",
+                                   "-r", "1", "-t", "2", "--json", "--bandwidth", "10"});
+  REQUIRE_MESSAGE(deep_json.exit_code == 0, deep_json.err);
+  CHECK(nlohmann::json::parse(deep_json.out)["depth"] == 16);
+  const auto deep_batched = run_kite({"bench", "--synthetic", "tiny", "--parallel", "2", "-d", "16"});
+  CHECK(deep_batched.exit_code == 2);
+  CHECK(deep_batched.err.find("--n-depth excludes --parallel") != std::string::npos);
   const auto bad = run_kite({"bench", "--synthetic", "tiny", "--type", "q9_9", "-p", "0", "-n", "0"});
   CHECK(bad.exit_code == 2);
   CHECK(bad.err.find("unknown weight type 'q9_9'") != std::string::npos);

@@ -29,6 +29,7 @@ struct BenchArgs {
   std::string write_gguf;
   int n_prompt = 512;
   int n_gen = 128;
+  int depth = 0;  // tokens in the KV cache before each pp/tg test (llama-bench's -d)
   int reps = 3;
   int threads = 0;
   std::string device = "cpu";  // where to compute (cpu, cuda)
@@ -294,7 +295,9 @@ int run_bench(const BenchArgs& a) {
   return run_batched(b, *model, text, decode_bytes, threads);
 }
 
-// llama-bench style: pp (one batch of n_prompt tokens) and tg (n_gen tokens one at a time).
+// llama-bench style: pp (one batch of n_prompt tokens) and tg (n_gen tokens one at a time),
+// each after `depth` tokens already in the KV cache (filled once, untimed; every run truncates
+// back to them).
 int run_single(const BenchArgs& a, const std::shared_ptr<const Model>& model, const ModelSize& size, int threads) {
   const std::string& name = size.name;
   const uint64_t weight_bytes = size.weight_bytes, decode_bytes = size.decode_bytes, params = size.params;
@@ -303,7 +306,7 @@ int run_single(const BenchArgs& a, const std::shared_ptr<const Model>& model, co
   opts.device = a.device;
   opts.gpu_layers = a.gpu_layers;
   opts.tensor_parallel = a.tensor_parallel;
-  opts.n_ctx = std::max(16, a.n_prompt + a.n_gen);
+  opts.n_ctx = std::max(16, a.depth + std::max(a.n_prompt, a.n_gen));
   auto ctx = Context::create(model, opts);
   if (!ctx) {
     std::cerr << "kite bench: " << ctx.error().message << "\n";
@@ -320,6 +323,17 @@ int run_single(const BenchArgs& a, const std::shared_ptr<const Model>& model, co
   for (auto& t : prompt) t = tok(rng);
 
   Context& c = **ctx;
+  if (a.depth > 0) {
+    std::vector<int32_t> fill(static_cast<size_t>(a.depth));
+    for (auto& t : fill) t = tok(rng);
+    std::cerr << "kite bench: filling the context with " << a.depth << " tokens\n";
+    const auto t0 = std::chrono::steady_clock::now();
+    if (auto st = c.eval(fill); !st) {
+      std::cerr << "kite bench: " << st.error().message << "\n";
+      return kExitFailure;
+    }
+    std::fprintf(stderr, "kite bench: filled in %.2f s\n", seconds_since(t0));
+  }
   std::vector<double> pp, tg;
   auto fail = [](const Status& st) {
     std::cerr << "kite bench: " << st.error().message << "\n";
@@ -328,13 +342,13 @@ int run_single(const BenchArgs& a, const std::shared_ptr<const Model>& model, co
   // One warm-up of each (builds the graphs, faults in the weights), then the repetitions.
   for (int rep = -1; rep < a.reps; ++rep) {
     if (a.n_prompt > 0) {
-      c.kv().clear(0);
+      c.kv().truncate(0, a.depth);
       const auto t0 = std::chrono::steady_clock::now();
       if (auto st = c.eval(prompt, 0, false, static_cast<size_t>(a.n_prompt)); !st) return fail(st);
       if (rep >= 0) pp.push_back(a.n_prompt / seconds_since(t0));
     }
     if (a.n_gen > 0) {
-      c.kv().clear(0);
+      c.kv().truncate(0, a.depth);
       int32_t next = 1;
       const auto t0 = std::chrono::steady_clock::now();
       for (int i = 0; i < a.n_gen; ++i) {
@@ -345,14 +359,18 @@ int run_single(const BenchArgs& a, const std::shared_ptr<const Model>& model, co
     }
   }
   const double pp_ts = pp.empty() ? 0 : median(pp), tg_ts = tg.empty() ? 0 : median(tg);
-  const double tg_gbs = tg_ts * static_cast<double>(decode_bytes) / 1e9;
+  // A generated token reads the weights and, at depth, the KV cache behind it (f16 K and V).
+  const HParams& hp = model->hparams();
+  const double kv_bytes_per_pos = 2.0 * 2.0 * static_cast<double>(hp.n_layer * hp.n_head_kv * hp.head_dim);
+  const double tg_bytes = static_cast<double>(decode_bytes) + kv_bytes_per_pos * (a.depth + a.n_gen / 2.0);
+  const double tg_gbs = tg_ts * tg_bytes / 1e9;
   if (a.json) {
     std::printf(
         "{\"model\": \"%s\", \"device\": \"%s\", \"bytes\": %llu, \"decode_bytes\": %llu, \"params\": %llu, "
-        "\"threads\": %d, \"pp\": %d, \"pp_ts\": %.2f, \"tg\": %d, \"tg_ts\": %.2f, \"tg_gbs\": %.2f, "
+        "\"threads\": %d, \"depth\": %d, \"pp\": %d, \"pp_ts\": %.2f, \"tg\": %d, \"tg_ts\": %.2f, \"tg_gbs\": %.2f, "
         "\"read_gbs\": %.2f}\n",
         name.c_str(), a.device.c_str(), static_cast<unsigned long long>(weight_bytes),
-        static_cast<unsigned long long>(decode_bytes), static_cast<unsigned long long>(params), threads, a.n_prompt,
+        static_cast<unsigned long long>(decode_bytes), static_cast<unsigned long long>(params), threads, a.depth, a.n_prompt,
         pp_ts, a.n_gen, tg_ts, tg_gbs, bw);
     return kExitOk;
   }
@@ -360,15 +378,16 @@ int run_single(const BenchArgs& a, const std::shared_ptr<const Model>& model, co
   // The threads column names the device for GPU runs (both rows alike).
   const std::string where = a.device == "cpu" ? std::to_string(threads) : a.device;
   const std::string size_text = human_bytes(weight_bytes), params_text = human_count(params);
+  const std::string at_depth = a.depth > 0 ? " @ d" + std::to_string(a.depth) : std::string();  // llama-bench's label
   if (!pp.empty())
-    std::printf("| %s | %s | %s | %s | pp%d | %.2f | |\n", name.c_str(), size_text.c_str(), params_text.c_str(),
-                where.c_str(), a.n_prompt, pp_ts);
+    std::printf("| %s | %s | %s | %s | pp%d%s | %.2f | |\n", name.c_str(), size_text.c_str(), params_text.c_str(),
+                where.c_str(), a.n_prompt, at_depth.c_str(), pp_ts);
   if (!tg.empty()) {
     char gbs[96];
     if (bw > 0) std::snprintf(gbs, sizeof gbs, "%.1f (%.0f%% of %.1f)", tg_gbs, 100 * tg_gbs / bw, bw);
     else std::snprintf(gbs, sizeof gbs, "%.1f", tg_gbs);
-    std::printf("| %s | %s | %s | %s | tg%d | %.2f | %s |\n", name.c_str(), size_text.c_str(), params_text.c_str(),
-                where.c_str(), a.n_gen, tg_ts, gbs);
+    std::printf("| %s | %s | %s | %s | tg%d%s | %.2f | %s |\n", name.c_str(), size_text.c_str(), params_text.c_str(),
+                where.c_str(), a.n_gen, at_depth.c_str(), tg_ts, gbs);
   }
   if (bw > 0 && a.bandwidth > 0)
     std::printf("(median of %d; device %s; read bandwidth %.1f GB/s as given)\n", a.reps, a.device.c_str(), bw);
@@ -393,6 +412,10 @@ void register_bench(CLI::App& app, Action* run) {
   cmd->add_option("--write-gguf", a->write_gguf, "Also write the model as this GGUF file");
   cmd->add_option("-p,--n-prompt", a->n_prompt, "Prompt tokens (pp test; 0: skip)")->check(at_least(0));
   cmd->add_option("-n,--n-gen", a->n_gen, "Generated tokens (tg test; 0: skip)")->check(at_least(0));
+  cmd->add_option("-d,--n-depth", a->depth,
+                  "Tokens already in the context before each pp/tg test (llama-bench's -d: speed at that depth; "
+                  "tg's GB/s counts the KV cache read too)")
+      ->check(at_least(0));
   cmd->add_option("-r,--repetitions", a->reps, "Repetitions (the median is reported)")->check(at_least(1));
   cmd->add_option("-t,--threads", a->threads, "Threads (default: all physical cores)")->check(at_least(0));
   cmd->add_option("--device", a->device, "Where to compute: cpu, cuda (builds with KITE_CUDA) or vulkan (builds with KITE_VULKAN)");
@@ -407,7 +430,8 @@ void register_bench(CLI::App& app, Action* run) {
   cmd->add_option("--parallel", a->parallel,
                   "Batched mode: concurrent sequences through the scheduler, e.g. 1,4,16,64 (llama-batched-bench's -npl)")
       ->delimiter(',')
-      ->check(at_least(1));
+      ->check(at_least(1))
+      ->excludes("--n-depth");
   auto* ap = cmd->add_option("--and-parallel", a->and_parallel,
                              "After the pp/tg test, the batched test at these sequence counts on the same model "
                              "(one load or synthetic build for both), e.g. 1,16,64")
