@@ -260,6 +260,15 @@ TEST_CASE("quantize: CLI errors leave no output file behind") {
   CHECK(r.err.find("Q4_K_M") != std::string::npos);
   CHECK(!fs::exists(out));
 
+  r = run_kite({"quantize", f16, out.string(), "Q4_0", "-t", "-3"});
+  CHECK(r.exit_code == 2);
+  CHECK_MESSAGE(r.err.find("--threads: must be >= 0, got -3") != std::string::npos, r.err);
+  CHECK(!fs::exists(out));
+  r = run_kite({"imatrix", "-m", f16, "-f", testdata("heldout.txt"), "-c", "-5", "-o", out.string()});
+  CHECK(r.exit_code == 2);
+  CHECK_MESSAGE(r.err.find("--ctx: must be >= 4, got -5") != std::string::npos, r.err);
+  CHECK(!fs::exists(out));
+
   r = run_kite({"quantize", (dir / "missing.gguf").string(), out.string(), "Q8_0"});
   CHECK(r.exit_code == 1);
   CHECK(r.err.find("missing.gguf") != std::string::npos);

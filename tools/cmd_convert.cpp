@@ -182,7 +182,7 @@ int run_convert(const char* cmd, const ConvertArgs& a, bool quantize) {
 }
 
 void add_common_flags(CLI::App* cmd, ConvertArgs* a) {
-  cmd->add_option("-t,--threads", a->threads, "Threads (default: all)");
+  cmd->add_option("-t,--threads", a->threads, "Threads (default: all)")->check(at_least(0));
   cmd->add_flag("--allow-requantize", a->allow_requantize, "Accept an input whose tensors are already quantized");
   cmd->add_flag("-v,--verbose", a->verbose, "Log each tensor's type");
   cmd->add_option("--imatrix", a->imatrix, "Importance matrix (kite imatrix or llama-imatrix GGUF): weights the quantizers' error");
@@ -213,8 +213,9 @@ void register_quantize(CLI::App& app, Action* run) {
                 "Print each tensor group's perplexity cost at TYPE (args: IN TYPE; needs -f TEXT)");
   cmd->add_option("-f,--file", a->text, "--sensitivity: the text to measure perplexity on");
   cmd->add_flag("--per-layer", a->per_layer, "--sensitivity: one row per layer and group");
-  cmd->add_option("--chunks", a->chunks, "--sensitivity: chunks of text to score (default 16; 0: all)");
-  cmd->add_option("-c,--ctx", a->ctx, "--sensitivity: tokens per chunk (default 256)");
+  cmd->add_option("--chunks", a->chunks, "--sensitivity: chunks of text to score (default 16; 0: all)")
+      ->check(at_least(0));
+  cmd->add_option("-c,--ctx", a->ctx, "--sensitivity: tokens per chunk (default 256)")->check(at_least(4));
   cmd->callback([run, a] {
     if (a->sensitivity && a->type.empty()) std::swap(a->type, a->output);  // IN TYPE
     *run = [a] { return run_convert("quantize", *a, true); };

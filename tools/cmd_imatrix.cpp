@@ -99,9 +99,10 @@ void register_imatrix(CLI::App& app, Action* run) {
   cmd->add_option("-m,--model", a->model, "Model: GGUF file (f16/bf16/f32 preferred) or Hugging Face folder")->required();
   cmd->add_option("-f,--file", a->files, "Calibration text file (repeatable)")->required();
   cmd->add_option("-o,--output", a->output, "Output imatrix GGUF file (default imatrix.gguf)");
-  cmd->add_option("--chunks", a->chunks, "Chunks to process, spread evenly over the text (default: all whole chunks)");
-  cmd->add_option("-c,--ctx", a->ctx, "Tokens per chunk (default 512)");
-  cmd->add_option("-t,--threads", a->threads, "Threads (default: all physical cores)");
+  cmd->add_option("--chunks", a->chunks, "Chunks to process, spread evenly over the text (default: all whole chunks)")
+      ->check(at_least(0));
+  cmd->add_option("-c,--ctx", a->ctx, "Tokens per chunk (default 512)")->check(at_least(4));
+  cmd->add_option("-t,--threads", a->threads, "Threads (default: all physical cores)")->check(at_least(0));
   cmd->add_flag("--process-output", a->process_output,
                 "Also collect the output projection (output.weight, or token_embd.weight when tied)");
   cmd->callback([run, a] { *run = [a] { return run_imatrix(*a); }; });
