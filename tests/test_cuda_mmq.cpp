@@ -126,7 +126,10 @@ TEST_CASE("cuda: mmq matches the CPU backend and the int8 model, every quantized
       const double e_exact = nmse(got, exact), e_cpu = nmse(got, to_double(want)), e_int8 = nmse(got, same_codes);
       CHECK(e_exact < 2e-4);  // 8-bit activations vs exact math (mul_mat_bound's 1e-4, doubled: 9 outputs are noisy)
       CHECK(e_exact > 0);     // (the int8 kernel ran, not a float path)
-      CHECK(e_cpu < 2e-4);    // both quantize activations to 8 bits (mostly alike: ~1e-14; Q2_K not)
+      // Both quantize activations to 8 bits: alike on AVX-512 VNNI hosts (~1e-14; Q2_K not); on
+      // AVX2 ones the CPU's per-row dots take Q8_K's 256-element blocks where mmq takes 32-element
+      // ones. Each is within 2e-4 of the exact result, so within 8e-4 of the other.
+      CHECK(e_cpu < 8e-4);
       CHECK(e_int8 < 1e-10);  // the same int8 codes: only float rounding differs
     }
   }
