@@ -69,7 +69,11 @@ TEST_CASE("generate: kite run says when the context, not -n, ended a completion"
   CHECK(whole.err.find("context limit") == std::string::npos);
   CHECK(whole.err.find("generated 8 tokens") != std::string::npos);
   CHECK(whole.err.find("warning") == std::string::npos);
-  // Past the model's training context (2048 for stories260K): a warning, and the run goes on.
+  // -c 0: the model's training context (2048 for stories260K), as llama.cpp reads it.
+  auto trained = run_kite({"run", "-m", model, "-p", "Once upon a time", "-c", "0", "-n", "3000", "--ignore-eos"});
+  REQUIRE_MESSAGE(trained.exit_code == 0, trained.err);
+  CHECK_MESSAGE(trained.err.find("stopped at the context limit (-c 2048: ") != std::string::npos, trained.err);
+  // Past the model's training context: a warning, and the run goes on.
   auto long_ctx = run_kite({"run", "-m", model, "-p", "Once upon a time", "-c", "4096", "-n", "2"});
   REQUIRE_MESSAGE(long_ctx.exit_code == 0, long_ctx.err);
   CHECK_MESSAGE(long_ctx.err.find("warning: -c 4096 is longer than the 2048 tokens") != std::string::npos, long_ctx.err);

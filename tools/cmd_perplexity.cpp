@@ -31,13 +31,14 @@ int run_perplexity(const PplArgs& a) {
     return kExitFailure;
   }
   Loaded& l = *loaded;
+  const int64_t n_ctx = l.ctx->kv().n_ctx();  // (-c 0: the model's training context)
   EncodeOptions eo;
   eo.add_special = false;
   std::vector<TokenId> tokens = l.tokenizer->encode(ss.str(), eo);
   if (l.tokenizer->bos() != kNoToken) tokens.insert(tokens.begin(), l.tokenizer->bos());
   Progress progress("perplexity");
   const auto t0 = std::chrono::steady_clock::now();
-  auto r = perplexity_llama_cpp(*l.ctx, tokens, l.tokenizer->bos(), a.model.ctx,
+  auto r = perplexity_llama_cpp(*l.ctx, tokens, l.tokenizer->bos(), n_ctx,
                                 [&](int64_t done, int64_t total) { progress.update(done, total); });
   progress.finish();
   if (!r) {
@@ -48,13 +49,13 @@ int run_perplexity(const PplArgs& a) {
   if (a.json) {
     std::printf("{\"ppl\": %.6f, \"nll\": %.6f, \"chunks\": %lld, \"scored\": %lld, \"tokens\": %zu, \"ctx\": %lld}\n",
                 r->ppl, r->nll, static_cast<long long>(r->chunks), static_cast<long long>(r->scored), tokens.size(),
-                static_cast<long long>(a.model.ctx));
+                static_cast<long long>(n_ctx));
   } else {
     std::printf("perplexity: %.4f (%lld chunks of %lld tokens, %lld predictions scored)\n", r->ppl,
-                static_cast<long long>(r->chunks), static_cast<long long>(a.model.ctx), static_cast<long long>(r->scored));
+                static_cast<long long>(r->chunks), static_cast<long long>(n_ctx), static_cast<long long>(r->scored));
   }
-  std::fprintf(stderr, "kite perplexity: %zu tokens in %.2f s (%.1f t/s)\n", static_cast<size_t>(r->chunks * a.model.ctx),
-               secs, r->chunks * a.model.ctx / secs);
+  std::fprintf(stderr, "kite perplexity: %zu tokens in %.2f s (%.1f t/s)\n", static_cast<size_t>(r->chunks * n_ctx),
+               secs, r->chunks * n_ctx / secs);
   return kExitOk;
 }
 

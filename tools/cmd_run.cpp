@@ -207,7 +207,7 @@ int run_run(RunArgs a) {
     // Cut short by the context, not by -n: say so, or a short answer looks like the model's choice.
     if (c.reason == FinishReason::kLength && a.n_predict > 0 && c.completion_tokens < a.n_predict)
       std::cerr << "kite run: " << (done.size() > 1 ? "prompt " + std::to_string(i) + " " : std::string())
-                << "stopped at the context limit (-c " << a.model.ctx << ": " << c.prompt_tokens << " prompt + "
+                << "stopped at the context limit (-c " << l.ctx->kv().n_ctx() << ": " << c.prompt_tokens << " prompt + "
                 << c.completion_tokens << " generated tokens), before -n " << a.n_predict << "\n";
   }
   const auto t2 = std::chrono::steady_clock::now();

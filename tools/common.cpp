@@ -87,7 +87,8 @@ void add_gpu_layers_flag(CLI::App* cmd, int32_t* layers) {
 void add_model_flags(CLI::App* cmd, ModelArgs* a) {
   cmd->add_option("-m,--model", a->model, "A GGUF file or a Hugging Face folder")->required();
   cmd->add_option("-t,--threads", a->threads, "Threads (default: all physical cores)")->check(at_least(0));
-  cmd->add_option("-c,--ctx", a->ctx, "Context length in tokens")->check(at_least(1));
+  cmd->add_option("-c,--ctx", a->ctx, "Context length in tokens (0: the context the model was trained on)")
+      ->check(at_least(0));
   cmd->add_option("--device", a->device, "Where to compute: cpu, cuda (an NVIDIA GPU; builds with KITE_CUDA) or vulkan (any Vulkan 1.2 GPU; builds with KITE_VULKAN); cuda:N / vulkan:N pick device N");
   add_gpu_layers_flag(cmd, &a->gpu_layers);
   cmd->add_option("--tensor-parallel,--tp", a->tensor_parallel,
@@ -115,6 +116,11 @@ void add_sampling_flags(CLI::App* cmd, SamplerParams* p) {
   cmd->add_option("--seed", p->seed, "Random seed");
 }
 
+int64_t context_length(const ModelArgs& a, const Model& m) {
+  if (a.ctx > 0) return a.ctx;
+  return m.hparams().n_ctx_train > 0 ? m.hparams().n_ctx_train : 4096;
+}
+
 Result<Loaded> load_model(const ModelArgs& a, int32_t n_seqs) {
   Loaded l;
   KITE_ASSIGN_OR_RETURN(auto source, WeightSource::open(a.model));
@@ -126,7 +132,7 @@ Result<Loaded> load_model(const ModelArgs& a, int32_t n_seqs) {
                  static_cast<long long>(a.ctx), static_cast<long long>(trained), a.model.c_str());
   ContextOptions opts;
   opts.n_threads = a.threads;
-  opts.n_ctx = a.ctx;
+  opts.n_ctx = context_length(a, *l.model);
   opts.n_seqs = n_seqs;
   opts.device = a.device;
   opts.gpu_layers = a.gpu_layers;
@@ -200,7 +206,7 @@ Result<std::unique_ptr<Context>> load_draft(const SpecArgs& a, const ModelArgs& 
   if (!model) return model.error().with_context("--draft " + a.draft);
   ContextOptions opts;
   opts.n_threads = target_args.threads;
-  opts.n_ctx = target_args.ctx;
+  opts.n_ctx = context_length(target_args, target);
   opts.n_seqs = n_seqs;
   opts.device = target_args.device;
   opts.gpu_layers = target_args.gpu_layers;

@@ -52,6 +52,9 @@ struct Loaded {
 
 // Loads model, tokenizer and a context with `n_seqs` sequence slots; an error names what failed.
 Result<Loaded> load_model(const ModelArgs& a, int32_t n_seqs = 1);
+// -c as a context length for `m`: the value given, or for -c 0 (llama.cpp's convention) the
+// context the model was trained on (4096 where its metadata does not say).
+int64_t context_length(const ModelArgs& a, const Model& m);
 
 // Speculative decoding flags, shared by run, bench, serve and chat.
 struct SpecArgs {

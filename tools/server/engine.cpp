@@ -444,7 +444,7 @@ bool Engine::aux_turn() {
   if (!aux_ctx_) {
     ContextOptions co;
     co.n_threads = opts_.model.threads;
-    co.n_ctx = opts_.model.ctx;
+    co.n_ctx = n_ctx();
     co.n_seqs = 1;
     co.device = opts_.model.device;
     co.gpu_layers = opts_.model.gpu_layers;

@@ -168,7 +168,7 @@ class Engine {
   const ChatTemplate& chat_template() const { return *template_; }
   const std::string& model_id() const { return model_id_; }
   const std::string& fingerprint() const { return fingerprint_; }
-  int64_t n_ctx() const { return opts_.model.ctx; }
+  int64_t n_ctx() const { return loaded_.ctx->kv().n_ctx(); }
   int64_t n_embd() const { return loaded_.model->hparams().n_embd; }
   int32_t parallel() const { return opts_.parallel; }
 
