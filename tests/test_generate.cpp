@@ -47,9 +47,9 @@ TEST_CASE("generate: kite run rejects bad arguments and files") {
   auto neg = run_kite({"run", "-m", testdata("gguf/stories260K.gguf"), "-p", "hi", "-n", "-3"});
   CHECK(neg.exit_code == 2);
   CHECK_MESSAGE(neg.err.find("--n-predict: must be >= 0, got -3") != std::string::npos, neg.err);
-  auto zero_ctx = run_kite({"run", "-m", testdata("gguf/stories260K.gguf"), "-p", "hi", "-c", "0"});
-  CHECK(zero_ctx.exit_code == 2);
-  CHECK_MESSAGE(zero_ctx.err.find("--ctx: must be >= 1, got 0") != std::string::npos, zero_ctx.err);
+  auto neg_ctx = run_kite({"run", "-m", testdata("gguf/stories260K.gguf"), "-p", "hi", "-c", "-1"});
+  CHECK(neg_ctx.exit_code == 2);
+  CHECK_MESSAGE(neg_ctx.err.find("--ctx: must be >= 0, got -1") != std::string::npos, neg_ctx.err);
   auto top_p = run_kite({"run", "-m", testdata("gguf/stories260K.gguf"), "-p", "hi", "--top-p", "1.5"});
   CHECK(top_p.exit_code == 2);
   CHECK_MESSAGE(top_p.err.find("--top-p: must be in [0, 1], got 1.5") != std::string::npos, top_p.err);
