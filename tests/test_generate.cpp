@@ -44,18 +44,19 @@ TEST_CASE("generate: kite run rejects bad arguments and files") {
   auto vocab_only = run_kite({"run", "-m", testdata("vocab/ggml-vocab-llama-spm.gguf"), "-p", "hi"});
   CHECK(vocab_only.exit_code == 1);
   CHECK(!vocab_only.err.empty());
-  auto neg = run_kite({"run", "-m", testdata("gguf/stories260K.gguf"), "-p", "hi", "-n", "-3"});
-  CHECK(neg.exit_code == 2);
-  CHECK_MESSAGE(neg.err.find("--n-predict: must be >= 0, got -3") != std::string::npos, neg.err);
-  auto neg_ctx = run_kite({"run", "-m", testdata("gguf/stories260K.gguf"), "-p", "hi", "-c", "-1"});
-  CHECK(neg_ctx.exit_code == 2);
-  CHECK_MESSAGE(neg_ctx.err.find("--ctx: must be >= 0, got -1") != std::string::npos, neg_ctx.err);
-  auto top_p = run_kite({"run", "-m", testdata("gguf/stories260K.gguf"), "-p", "hi", "--top-p", "1.5"});
-  CHECK(top_p.exit_code == 2);
-  CHECK_MESSAGE(top_p.err.find("--top-p: must be in [0, 1], got 1.5") != std::string::npos, top_p.err);
-  auto word = run_kite({"run", "-m", testdata("gguf/stories260K.gguf"), "-p", "hi", "-t", "two"});
-  CHECK(word.exit_code == 2);
-  CHECK_MESSAGE(word.err.find("'two' is not a number") != std::string::npos, word.err);
+  // Numbers out of range: a usage error naming the flag and its bound.
+  const std::pair<std::vector<std::string>, std::string> bad_numbers[] = {
+      {{"-n", "-3"}, "--n-predict: must be >= 0, got -3"},
+      {{"-c", "-1"}, "--ctx: must be >= 0, got -1"},
+      {{"--top-p", "1.5"}, "--top-p: must be in [0, 1], got 1.5"},
+      {{"-t", "two"}, "'two' is not a number"}};
+  for (const auto& [flag, message] : bad_numbers) {
+    std::vector<std::string> args = {"run", "-m", testdata("gguf/stories260K.gguf"), "-p", "hi"};
+    args.insert(args.end(), flag.begin(), flag.end());
+    const auto r = run_kite(args);
+    CHECK(r.exit_code == 2);
+    CHECK_MESSAGE(r.err.find(message) != std::string::npos, r.err);
+  }
 }
 
 TEST_CASE("generate: kite run says when the context, not -n, ended a completion") {

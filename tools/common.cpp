@@ -118,7 +118,7 @@ void add_sampling_flags(CLI::App* cmd, SamplerParams* p) {
 
 int64_t context_length(const ModelArgs& a, const Model& m) {
   if (a.ctx > 0) return a.ctx;
-  return m.hparams().n_ctx_train > 0 ? m.hparams().n_ctx_train : 4096;
+  return m.hparams().n_ctx_train > 0 ? m.hparams().n_ctx_train : 4096;  // (a file may say 0)
 }
 
 Result<Loaded> load_model(const ModelArgs& a, int32_t n_seqs) {

@@ -53,7 +53,7 @@ struct Loaded {
 // Loads model, tokenizer and a context with `n_seqs` sequence slots; an error names what failed.
 Result<Loaded> load_model(const ModelArgs& a, int32_t n_seqs = 1);
 // -c as a context length for `m`: the value given, or for -c 0 (llama.cpp's convention) the
-// context the model was trained on (4096 where its metadata does not say).
+// context the model was trained on (4096 where its metadata does not say, or says 0).
 int64_t context_length(const ModelArgs& a, const Model& m);
 
 // Speculative decoding flags, shared by run, bench, serve and chat.
@@ -78,7 +78,7 @@ Result<std::unique_ptr<Context>> load_draft(const SpecArgs& a, const ModelArgs& 
 // "kite CMD: speculative (draft): drafted N, accepted M (R%), draft steps S" on stderr.
 void print_speculative_stats(const char* cmd, SpecMode mode, const SchedulerStats& st);
 
-// Numeric flag checks whose errors read "--ctx: must be at least 1, got 0" (CLI11's
+// Numeric flag checks whose errors read "--ctx: must be >= 0, got -1" (CLI11's
 // NonNegativeNumber/PositiveNumber print double's whole range instead). The help shows the bound.
 CLI::Validator at_least(double lo);
 CLI::Validator greater_than(double lo);
