@@ -90,7 +90,7 @@ TEST_CASE("tensor parallel: the host communicator sums in rank order on every ra
 TEST_CASE("tensor parallel: two CPU ranks give one rank's logits and greedy text") {
   // A K-quant GGUF file (row-parallel slices of whole 256-element blocks), qwen2 (Q/K/V biases
   // split with their heads) and qwen3 (per-head Q/K norms) from their Hugging Face folders.
-  for (const char* name : {"gguf/llama-target-Q4_K_M.gguf", "models/qwen2-tiny", "models/qwen3-tiny"}) {
+  for (const std::string name : {"gguf/llama-target-Q4_K_M.gguf", "models/qwen2-tiny", "models/qwen3-tiny"}) {
     INFO(name);
     const LoadedModel& l = load_model(name);
     auto one = make_ctx(l, 1), two = make_ctx(l, 2);
@@ -105,20 +105,33 @@ TEST_CASE("tensor parallel: two CPU ranks give one rank's logits and greedy text
     // equal. With int8 activations (the K-quant file) a last-bit difference can move a value
     // across a rounding step of the next layer's quantized activations, so its bound is wider;
     // a wrong slice or a missing sum is off by ~1.
-    const bool quantized = std::string(name).find("Q4_K_M") != std::string::npos;
+    const bool quantized = name.find("Q4_K_M") != std::string::npos;
     double worst = 0;
     for (size_t i = 0; i < prompt.size(); ++i) worst = std::max(worst, nmse((*two)->logits(i), (*one)->logits(i)));
     CHECK(worst < (quantized ? 1e-4 : 1e-6));
     CHECK(worst > 0);  // (two ranks really ran: bit-equal logits would mean one did all the work)
-    int32_t t1 = argmax_of((*one)->logits(prompt.size() - 1)), t2 = argmax_of((*two)->logits(prompt.size() - 1));
+    // Greedy decoding, both fed one rank's tokens: close logits at every step, and the same token
+    // wherever one rank's best two are not a near-tie (the ranks' summation order moves the
+    // quantized file's logits by ~0.02, and its text has closer ties than that).
+    int32_t t = argmax_of((*one)->logits(prompt.size() - 1));
+    int ties = 0;
     for (int step = 0; step < 24; ++step) {
-      REQUIRE(t1 == t2);
-      const BatchToken a{t1, 0, true}, b{t2, 0, true};
+      INFO("step ", step);
+      const BatchToken a{t, 0, true};
       REQUIRE((*one)->decode(std::span<const BatchToken>(&a, 1)).ok());
-      REQUIRE((*two)->decode(std::span<const BatchToken>(&b, 1)).ok());
-      t1 = argmax_of((*one)->logits(0));
-      t2 = argmax_of((*two)->logits(0));
+      REQUIRE((*two)->decode(std::span<const BatchToken>(&a, 1)).ok());
+      const auto l1 = (*one)->logits(0), l2 = (*two)->logits(0);
+      // (The quantized file's bound is wider than the prompt's: each step also reads the KV
+      // entries the ranks wrote apart, and the differences grow to ~1e-4 over 24 steps.)
+      CHECK(nmse(l2, l1) < (quantized ? 1e-3 : 1e-6));
+      t = argmax_of(l1);
+      float second = -INFINITY;
+      for (size_t i = 0; i < l1.size(); ++i)
+        if (static_cast<int32_t>(i) != t) second = std::max(second, l1[i]);
+      if (l1[static_cast<size_t>(t)] - second < 0.05f) ++ties;
+      else CHECK(argmax_of(l2) == t);
     }
+    CHECK(ties <= 4);  // (the check above must really run)
   }
 }
 
