@@ -231,7 +231,9 @@ TEST_CASE("ops: kv_write into a Q8_0 cache") {
 
 TEST_CASE("ops: attention over a Q8_0 cache, mixed decode and prefill rows, scattered blocks") {
   // Decode tokens of long sequences (several kChunk-sized chunks), a prefill chunk at positions
-  // 20..24, decode tokens sharing a prefix block; GQA groups of 4 and 6.
+  // 20..24, decode tokens sharing a prefix block; GQA groups of 4 and 6. Head sizes 64 and 96
+  // take the 512-bit kernels at the AVX-512 level (four keys a step, 64 or 32 outputs a pass);
+  // 40 the 256-bit ones there too, 20 their scalar tail; group 7 splits into passes of 4 and 3.
   const std::vector<std::pair<int, int>> seqs = {{700, 1}, {20, 5}, {40, 1}, {1100, 1}, {3, 2}};
   const PagedBatch llama = make_batch(64, 8, 2, seqs, 71);
   const PagedBatch odd = make_batch(96, 12, 2, seqs, 72);
@@ -242,6 +244,12 @@ TEST_CASE("ops: attention over a Q8_0 cache, mixed decode and prefill rows, scat
   check_paged_attention(odd, DType::BF16, DType::BF16, 84);
   check_paged_attention(llama, DType::F32, DType::F16, 85);
   check_paged_attention(llama, DType::F16, DType::F16, 86);
+  const PagedBatch narrow = make_batch(40, 6, 2, seqs, 73);
+  const PagedBatch tiny = make_batch(20, 7, 1, seqs, 74);
+  const PagedBatch group7 = make_batch(128, 14, 2, seqs, 75);
+  check_paged_attention(narrow, DType::F16, DType::F32, 87);
+  check_paged_attention(tiny, DType::F32, DType::F16, 88);
+  check_paged_attention(group7, DType::Q8_0, DType::F16, 89);
 }
 
 TEST_CASE("ops: attention of one long sequence spread over threads, batch-independent results") {
@@ -279,6 +287,79 @@ TEST_CASE("ops: attention of one long sequence spread over threads, batch-indepe
       const std::vector<float> many = run_paged_attention(*c.backend, mixed, t, t, qm, kb, vb, kn, vn, 0.125f);
       INFO("attention on ", c.label, " ", quant::find_traits(t)->name);
       CHECK(std::memcmp(one.data(), many.data(), one.size() * sizeof(float)) == 0);
+    });
+  }
+}
+
+TEST_CASE("ops: packed-key scores of prefill runs equal the row kernels' bit for bit") {
+  // attn_scores_kt (x86 levels) must reproduce attn_scores exactly: a token's output may not
+  // depend on whether it was scored in a prefill run or alone. Head sizes 8..256 (16-lane and
+  // 8-lane panels at the AVX-512 level), 1..8 heads, chunks that end mid-panel, every cache type.
+  bool ran = false;
+  for (SimdLevel l : cpu::supported_simd_levels()) {
+    const cpu::MatmulKernels* mk = cpu::matmul_kernels_for(l);
+    if (mk == nullptr || mk->attn_scores_kt == nullptr) continue;
+    ran = true;
+    for (int64_t hd : {32, 64, 128, 256, 16, 8, 40, 72})
+      for (DType t : {DType::F16, DType::F32, DType::Q8_0}) {
+        if (t == DType::Q8_0 && hd % 32 != 0) continue;
+        const int64_t n = hd == 64 ? 512 : 37 + hd % 7;
+        const std::vector<uint8_t> kb = encode(t, randn(static_cast<size_t>(n * hd), 500 + static_cast<uint32_t>(hd)), n, hd);
+        const size_t rb = quant::row_size(t, hd).value();
+        std::vector<const uint8_t*> rows;
+        for (int64_t j = 0; j < n; ++j) rows.push_back(kb.data() + static_cast<size_t>(j) * rb);
+        const std::vector<float> qf = randn(static_cast<size_t>(8 * hd), 600);
+        std::vector<float> ktb(static_cast<size_t>((n + 15) / 16 * 16 * hd + 16));
+        float* kt = ktb.data() + (16 - reinterpret_cast<uintptr_t>(ktb.data()) / 4 % 16) % 16;  // 64-byte aligned
+        mk->attn_pack_kt(rows.data(), t, n, hd, kt);
+        for (int ng = 1; ng <= 8; ++ng)
+          for (int64_t nk : {n, n - 5, int64_t{1}, int64_t{16}}) {
+            const float* q[8];
+            for (int h = 0; h < ng; ++h) q[h] = qf.data() + h * hd;
+            std::vector<float> s1(static_cast<size_t>(8 * nk)), s2(s1.size()), m1(8), m2(8);
+            mk->attn_scores(q, ng, rows.data(), t, nk, hd, 0.125f, s1.data(), m1.data());
+            mk->attn_scores_kt(q, ng, kt, nk, hd, 0.125f, s2.data(), m2.data());
+            INFO(cpu::simd_level_name(l), " ", quant::find_traits(t)->name, " hd=", hd, " heads=", ng, " keys=", nk);
+            CHECK(std::memcmp(s1.data(), s2.data(), static_cast<size_t>(ng * nk) * 4) == 0);
+            CHECK(std::memcmp(m1.data(), m2.data(), static_cast<size_t>(ng) * 4) == 0);
+          }
+      }
+  }
+#if defined(__x86_64__)
+  CHECK(ran);
+#endif
+}
+
+TEST_CASE("ops: attention rows of a prefill run equal the same rows computed alone, bit for bit") {
+  // A 40-token run crossing the 512-key chunk boundary, a 70-token run from position 0, a run too
+  // short for the packed-key loop, a decode token: each row alone (a one-token batch takes the
+  // row kernels) gives the bits it got in the batch, on every level and thread count.
+  const PagedBatch b = make_batch(64, 8, 2, {{490, 40}, {0, 70}, {30, 5}, {800, 1}}, 120);
+  for (auto [kt, vt] : {std::pair{DType::F16, DType::F16}, std::pair{DType::Q8_0, DType::Q8_0}}) {
+    const AttentionCase ac = make_case(b, kt, vt, 130);
+    const int64_t row = b.hd * b.nkv, qrow = b.hd * b.nh;
+    for_each_config([&](const Config& c) {
+      if (!c.cpu) return;  // (GPU backends route runs to other kernels: tested in their own files)
+      const std::vector<float> got = run_paged_attention(*c.backend, b, kt, vt, ac.q, ac.kb, ac.vb, ac.knew, ac.vnew, ac.scale);
+      CHECK(nmse(got, ac.ref) < 1e-10);
+      for (int64_t t = 0; t < b.n_tok(); t += 3) {
+        // The cache as the whole batch left it: every row of the batch written, then row t alone.
+        PagedBatch one = b;
+        one.pos = pick_rows(b.pos, {t}, 1);
+        one.seq = pick_rows(b.seq, {t}, 1);
+        one.slots = pick_rows(b.slots, {t}, 1);
+        std::vector<uint8_t> kb = ac.kb, vb = ac.vb;
+        const std::vector<uint8_t> kn = encode(kt, ac.knew, b.n_tok(), row), vn = encode(vt, ac.vnew, b.n_tok(), row);
+        const size_t krb = quant::row_size(kt, row).value(), vrb = quant::row_size(vt, row).value();
+        for (int64_t i = 0; i < b.n_tok(); ++i) {
+          std::memcpy(kb.data() + static_cast<size_t>(b.slots[i]) * krb, kn.data() + static_cast<size_t>(i) * krb, krb);
+          std::memcpy(vb.data() + static_cast<size_t>(b.slots[i]) * vrb, vn.data() + static_cast<size_t>(i) * vrb, vrb);
+        }
+        const std::vector<float> alone = run_paged_attention(*c.backend, one, kt, vt, pick_rows(ac.q, {t}, qrow), kb, vb,
+                                                             pick_rows(ac.knew, {t}, row), pick_rows(ac.vnew, {t}, row), ac.scale);
+        INFO(c.label, " ", quant::find_traits(kt)->name, " row ", t, " (position ", b.pos[t], ")");
+        CHECK(std::memcmp(alone.data(), got.data() + t * qrow, static_cast<size_t>(qrow) * 4) == 0);
+      }
     });
   }
 }

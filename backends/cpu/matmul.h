@@ -101,12 +101,21 @@ struct MatmulKernels {
   // s[i] = exp(s[i] - m) for i < n; returns the sum.
   float (*exp_sub_sum)(float* s, int64_t n, float m) = nullptr;
   float (*sum_sq)(const float* x, int64_t n) = nullptr;
-  // Attention for ng (<= 8) query heads sharing K/V rows: scores[h * nk + j] = scale * q[h] · k_j;
-  // acc[h * hd + i] = sum_j p[h * nk + j] * v_j[i]. Rows are F16 (k16/v16) or F32.
-  void (*attn_scores)(const float* const* q, int ng, const uint8_t* const* krows, bool k16, int64_t nk,
-                      int64_t hd, float scale, float* scores) = nullptr;
-  void (*attn_accum)(const float* p, int ng, const uint8_t* const* vrows, bool v16, int64_t nk, int64_t hd,
+  // Attention for ng (<= 8) query heads sharing K/V rows: scores[h * nk + j] = scale * q[h] · k_j
+  // and smax[h] = max_j scores[h * nk + j] (nk >= 1); acc[h * hd + i] = sum_j p[h * nk + j] * v_j[i].
+  // Rows are F32 or F16, or Q8_0 on x86 (hd a multiple of 32). Each score and output is computed
+  // the same way however keys and heads are grouped into calls.
+  void (*attn_scores)(const float* const* q, int ng, const uint8_t* const* krows, DType kt, int64_t nk, int64_t hd,
+                      float scale, float* scores, float* smax) = nullptr;
+  void (*attn_accum)(const float* p, int ng, const uint8_t* const* vrows, DType vt, int64_t nk, int64_t hd,
                      float* acc) = nullptr;
+  // Prefill runs (x86 levels, hd a multiple of 8; null elsewhere): attn_pack_kt converts n key
+  // rows into transposed panels of the level's own layout (kt: 64-byte aligned, room for
+  // roundup(n, 16) * hd floats); attn_scores_kt scores query rows against a packed chunk with
+  // attn_scores' exact arithmetic (the same bits), without its per-key reductions.
+  void (*attn_pack_kt)(const uint8_t* const* krows, DType kt, int64_t n, int64_t hd, float* kt_out) = nullptr;
+  void (*attn_scores_kt)(const float* const* q, int ng, const float* kt, int64_t nk, int64_t hd, float scale,
+                         float* scores, float* smax) = nullptr;
   void (*swiglu)(float* y, const float* g, const float* u, int64_t n) = nullptr;  // silu(g) * u
 };
 

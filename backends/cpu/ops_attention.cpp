@@ -9,6 +9,12 @@
 // heads, many threads) its chunks are spread over the threads (flash-decoding) and merged after
 // a barrier. Either way the arithmetic is the same, so a sequence's result does not depend on
 // what shares its batch or on the thread count.
+//
+// Prefill runs (a sequence's consecutive positions, kRunMin or more tokens in the step) take
+// another loop where the level has packed-key kernels (x86): a work unit is a block of the
+// run's tokens and one KV head, each chunk's keys are converted and transposed once for all of
+// the block's query rows, and the scores come from MatmulKernels::attn_scores_kt, whose
+// arithmetic is attn_scores' own. So a token's bits are the same in a run or alone.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -16,11 +22,6 @@
 
 #include "backends/cpu/matmul.h"
 #include "backends/cpu/ops.h"
-
-#if defined(__x86_64__) || defined(_M_X64)
-#include <immintrin.h>
-#define KITE_ATTN_X86 1
-#endif
 
 namespace kite::cpu {
 namespace {
@@ -67,120 +68,13 @@ struct AttnArgs {
 
 constexpr int64_t kChunk = 512;  // keys per chunk (a partial softmax)
 constexpr int64_t kMaxGroup = 8;  // query heads scored together against one K/V row
+constexpr int64_t kRunMin = 8;  // tokens of a run that take the packed-key loop
+constexpr int64_t kRunBlock = 256;  // tokens of a run per work unit, at most
+constexpr int64_t kRunPartFloats = int64_t{1} << 20;  // a run unit's partials, at most (else fewer tokens)
 
-#ifdef KITE_ATTN_X86
-// AVX2 row kernels for a group of NG query heads sharing K/V rows, the head count a template
-// parameter so the accumulators stay in registers. (Compiled for AVX2 by attribute; only called
-// when the active level has AVX2.)
-#define KITE_AVX2 __attribute__((target("avx2,fma,f16c")))
-
-struct LoadF32 {
-  static int64_t bytes(int64_t n) { return 4 * n; }
-  KITE_AVX2 static __m256 load8(const uint8_t* r, int64_t i) {
-    return _mm256_loadu_ps(reinterpret_cast<const float*>(r) + i);
-  }
-};
-struct LoadF16 {
-  static int64_t bytes(int64_t n) { return 2 * n; }
-  KITE_AVX2 static __m256 load8(const uint8_t* r, int64_t i) {
-    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(r + 2 * i)));
-  }
-};
-struct LoadQ8 {  // Q8_0 blocks: half scale, 32 int8 codes
-  static int64_t bytes(int64_t n) { return n / 32 * static_cast<int64_t>(sizeof(quant::BlockQ8_0)); }
-  KITE_AVX2 static __m256 load8(const uint8_t* r, int64_t i) {
-    const uint8_t* b = r + i / 32 * static_cast<int64_t>(sizeof(quant::BlockQ8_0));
-    uint16_t dh;
-    std::memcpy(&dh, b, 2);
-    int64_t codes;
-    std::memcpy(&codes, b + 2 + i % 32, 8);
-    const __m256 v = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_cvtsi64_si128(codes)));
-    return _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(dh)), v);
-  }
-};
-
-// Keys prefetched ahead of use: a head's slice of a cache row starts a cache line the hardware
-// prefetcher does not predict (rows of a block are a whole row apart, blocks are scattered).
-constexpr int64_t kAhead = 8;
-inline void prefetch_span(const uint8_t* p, int64_t bytes) {
-  _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T0);
-  _mm_prefetch(reinterpret_cast<const char*>(p + bytes - 1), _MM_HINT_T0);
-}
-
-KITE_AVX2 inline float hsum8(__m256 v) {
-  __m128 x = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  x = _mm_add_ps(x, _mm_movehl_ps(x, x));
-  x = _mm_add_ss(x, _mm_movehdup_ps(x));
-  return _mm_cvtss_f32(x);
-}
-
-// s[h * n + j] = scale * q[h] · k_j (hd a multiple of 8).
-template <int NG, class L>
-KITE_AVX2 void scores_t(const float* const* q, const uint8_t* const* krows, int64_t n, int64_t hd, float scale,
-                        float* s) {
-  const int64_t row_span = L::bytes(hd);
-  for (int64_t j = 0; j < n; ++j) {
-    if (j + kAhead < n) prefetch_span(krows[j + kAhead], row_span);
-    __m256 acc[NG];
-    for (int h = 0; h < NG; ++h) acc[h] = _mm256_setzero_ps();
-    for (int64_t i = 0; i < hd; i += 8) {
-      const __m256 kv = L::load8(krows[j], i);
-      for (int h = 0; h < NG; ++h) acc[h] = _mm256_fmadd_ps(kv, _mm256_loadu_ps(q[h] + i), acc[h]);
-    }
-    for (int h = 0; h < NG; ++h) s[h * n + j] = hsum8(acc[h]) * scale;
-  }
-}
-
-// acc[h * hd + i] = sum_j p[h * n + j] * v_j[i] (hd a multiple of 8).
-template <int NG, class L>
-KITE_AVX2 void accum_t(const float* p, const uint8_t* const* vrows, int64_t n, int64_t hd, float* acc) {
-  for (int64_t i = 0; i < hd; i += 8) {
-    __m256 a[NG];
-    for (int h = 0; h < NG; ++h) a[h] = _mm256_setzero_ps();
-    if (i == 0)
-      for (int64_t j = 0; j < std::min(n, kAhead); ++j) prefetch_span(vrows[j], L::bytes(hd));
-    for (int64_t j = 0; j < n; ++j) {
-      if (i == 0 && j + kAhead < n) prefetch_span(vrows[j + kAhead], L::bytes(hd));
-      const __m256 v = L::load8(vrows[j], i);
-      for (int h = 0; h < NG; ++h) a[h] = _mm256_fmadd_ps(_mm256_broadcast_ss(p + h * n + j), v, a[h]);
-    }
-    for (int h = 0; h < NG; ++h) _mm256_storeu_ps(acc + h * hd + i, a[h]);
-  }
-}
-
-template <class L>
-void scores_avx2(int ng, const float* const* q, const uint8_t* const* krows, int64_t n, int64_t hd, float scale,
-                 float* s) {
-  switch (ng) {
-    case 1: return scores_t<1, L>(q, krows, n, hd, scale, s);
-    case 2: return scores_t<2, L>(q, krows, n, hd, scale, s);
-    case 3: return scores_t<3, L>(q, krows, n, hd, scale, s);
-    case 4: return scores_t<4, L>(q, krows, n, hd, scale, s);
-    case 5: return scores_t<5, L>(q, krows, n, hd, scale, s);
-    case 6: return scores_t<6, L>(q, krows, n, hd, scale, s);
-    case 7: return scores_t<7, L>(q, krows, n, hd, scale, s);
-    default: return scores_t<8, L>(q, krows, n, hd, scale, s);
-  }
-}
-
-template <class L>
-void accum_avx2(int ng, const float* p, const uint8_t* const* vrows, int64_t n, int64_t hd, float* acc) {
-  switch (ng) {
-    case 1: return accum_t<1, L>(p, vrows, n, hd, acc);
-    case 2: return accum_t<2, L>(p, vrows, n, hd, acc);
-    case 3: return accum_t<3, L>(p, vrows, n, hd, acc);
-    case 4: return accum_t<4, L>(p, vrows, n, hd, acc);
-    case 5: return accum_t<5, L>(p, vrows, n, hd, acc);
-    case 6: return accum_t<6, L>(p, vrows, n, hd, acc);
-    case 7: return accum_t<7, L>(p, vrows, n, hd, acc);
-    default: return accum_t<8, L>(p, vrows, n, hd, acc);
-  }
-}
-#endif
-
-// Cache types the fast path reads: F16 and F32 (any head size), Q8_0 (AVX2 row kernels).
+// Cache types the fast path reads: F16 and F32 (any head size), Q8_0 (x86 row kernels).
 bool fast_type(DType t) {
-#ifdef KITE_ATTN_X86
+#if defined(__x86_64__) || defined(_M_X64)
   if (t == DType::Q8_0) return true;
 #endif
   return t == DType::F16 || t == DType::F32;
@@ -194,48 +88,12 @@ struct Scratch {
   const uint8_t** vrows;  // [kChunk]
   const uint8_t** krow0;  // [kChunk] whole cache rows of the chunk's keys
   const uint8_t** vrow0;  // [kChunk]
-  float* part;          // one token's partials: [chunks][n_head][hd + 2]
+  float* part;          // one token's partials: [chunks][n_head][hd + 2], or a run block's
+  float* kt;            // a chunk's keys packed for attn_scores_kt: [kChunk * hd], 64-byte aligned
 };
 
-// Scores of query heads h0..h0+ng of token t (KV head g) against n keys: s[h * n + j].
-void scores(const AttnArgs& a, const MatmulKernels& mk, const Scratch& sc, int64_t t, int64_t g, int64_t h0,
-            int ng, int64_t n) {
-  const int64_t hd = a.hd;
-  const float* qs[kMaxGroup];
-  for (int h = 0; h < ng; ++h) qs[h] = reinterpret_cast<const float*>(a.q->row_ptr(g * a.group + h0 + h, t));
-  const bool k16 = a.kc->type == DType::F16;
-#ifdef KITE_ATTN_X86
-  if (hd % 8 == 0) {
-    if (a.kc->type == DType::Q8_0) scores_avx2<LoadQ8>(ng, qs, sc.krows, n, hd, a.scale, sc.s);
-    else if (k16) scores_avx2<LoadF16>(ng, qs, sc.krows, n, hd, a.scale, sc.s);
-    else scores_avx2<LoadF32>(ng, qs, sc.krows, n, hd, a.scale, sc.s);
-    return;
-  }
-#endif
-  mk.attn_scores(qs, ng, sc.krows, k16, n, hd, a.scale, sc.s);
-}
-
-// acc[h * hd + i] = sum_j s[h * n + j] * v_j[i] for ng heads.
-void accum(const AttnArgs& a, const MatmulKernels& mk, int ng, const Scratch& sc, int64_t n) {
-  const DType vt = a.vc->type;
-#ifdef KITE_ATTN_X86
-  if (a.hd % 8 == 0) {
-    if (vt == DType::Q8_0) accum_avx2<LoadQ8>(ng, sc.s, sc.vrows, n, a.hd, sc.acc);
-    else if (vt == DType::F16) accum_avx2<LoadF16>(ng, sc.s, sc.vrows, n, a.hd, sc.acc);
-    else accum_avx2<LoadF32>(ng, sc.s, sc.vrows, n, a.hd, sc.acc);
-    return;
-  }
-#endif
-  mk.attn_accum(sc.s, ng, sc.vrows, vt == DType::F16, n, a.hd, sc.acc);
-}
-
-// Keys [j0, j1) of token t, every KV head in turn (a head's slice of a cache row is often not
-// a whole number of cache lines; the next head then finds the rest of the line in cache): one
-// partial record [m, l, o[hd]] per query head, written to rec (stride hd + 2).
-void attend_chunk(const AttnArgs& a, const MatmulKernels& mk, const Scratch& sc, int64_t t, int64_t j0, int64_t j1,
-                  float* rec) {
-  const int64_t n = j1 - j0, hd = a.hd;
-  // Rows of the chunk, block by block through the table.
+// Rows of keys [j0, j1) of token t's sequence (whole cache rows), block by block through the table.
+void chunk_rows(const AttnArgs& a, const Scratch& sc, int64_t t, int64_t j0, int64_t j1) {
   const int32_t* blocks = a.table + static_cast<int64_t>(a.seq[t]) * a.max_blocks;
   for (int64_t j = j0; j < j1;) {
     const int64_t b = j / a.bs, in = j % a.bs, run = std::min<int64_t>(a.bs - in, j1 - j);
@@ -245,23 +103,50 @@ void attend_chunk(const AttnArgs& a, const MatmulKernels& mk, const Scratch& sc,
     for (int64_t r = 0; r < run; ++r) sc.krow0[j - j0 + r] = k + r * a.kc->nb[1], sc.vrow0[j - j0 + r] = v + r * a.vc->nb[1];
     j += run;
   }
+}
+
+// KV head g's slices of the chunk's rows.
+void head_rows(const AttnArgs& a, const Scratch& sc, int64_t n, int64_t g) {
+  for (int64_t j = 0; j < n; ++j) {
+    sc.krows[j] = sc.krow0[j] + g * a.k_head;
+    sc.vrows[j] = sc.vrow0[j] + g * a.v_head;
+  }
+}
+
+// Softmax partials and outputs of query heads h0..h0+ng of token t (KV head g) from their scores
+// in sc.s against the chunk's first n keys (sc.vrows): records [m, l, o[hd]] at rec (stride hd + 2).
+void finish_heads(const AttnArgs& a, const MatmulKernels& mk, const Scratch& sc, int ng, int64_t n, const float* mx,
+                  float* rec) {
+  const int64_t hd = a.hd;
+  for (int h = 0; h < ng; ++h) {
+    rec[h * (hd + 2)] = mx[h];
+    rec[h * (hd + 2) + 1] = mk.exp_sub_sum(sc.s + h * n, n, mx[h]);
+  }
+  mk.attn_accum(sc.s, ng, sc.vrows, a.vc->type, n, hd, sc.acc);
+  for (int h = 0; h < ng; ++h) std::memcpy(rec + h * (hd + 2) + 2, sc.acc + h * hd, static_cast<size_t>(hd) * 4);
+}
+
+// Query row pointers of heads h0..h0+ng of token t, KV head g.
+void query_rows(const AttnArgs& a, int64_t t, int64_t g, int64_t h0, int ng, const float** qs) {
+  for (int h = 0; h < ng; ++h) qs[h] = reinterpret_cast<const float*>(a.q->row_ptr(g * a.group + h0 + h, t));
+}
+
+// Keys [j0, j1) of token t, every KV head in turn (a head's slice of a cache row is often not
+// a whole number of cache lines; the next head then finds the rest of the line in cache): one
+// partial record [m, l, o[hd]] per query head, written to rec (stride hd + 2).
+void attend_chunk(const AttnArgs& a, const MatmulKernels& mk, const Scratch& sc, int64_t t, int64_t j0, int64_t j1,
+                  float* rec) {
+  const int64_t n = j1 - j0, hd = a.hd;
+  chunk_rows(a, sc, t, j0, j1);
   for (int64_t g = 0; g < a.n_kv; ++g) {
-    for (int64_t j = 0; j < n; ++j) {
-      sc.krows[j] = sc.krow0[j] + g * a.k_head;
-      sc.vrows[j] = sc.vrow0[j] + g * a.v_head;
-    }
+    head_rows(a, sc, n, g);
     for (int64_t h0 = 0; h0 < a.group; h0 += kMaxGroup) {
       const int ng = static_cast<int>(std::min(kMaxGroup, a.group - h0));
-      scores(a, mk, sc, t, g, h0, ng, n);
-      float* r = rec + (g * a.group + h0) * (hd + 2);
-      for (int h = 0; h < ng; ++h) {
-        float* sh = sc.s + h * n;
-        const float m = *std::max_element(sh, sh + n);
-        r[h * (hd + 2)] = m;
-        r[h * (hd + 2) + 1] = mk.exp_sub_sum(sh, n, m);
-      }
-      accum(a, mk, ng, sc, n);
-      for (int h = 0; h < ng; ++h) std::memcpy(r + h * (hd + 2) + 2, sc.acc + h * hd, static_cast<size_t>(hd) * 4);
+      const float* qs[kMaxGroup];
+      float mx[kMaxGroup];
+      query_rows(a, t, g, h0, ng, qs);
+      mk.attn_scores(qs, ng, sc.krows, a.kc->type, n, hd, a.scale, sc.s, mx);
+      finish_heads(a, mk, sc, ng, n, mx, rec + (g * a.group + h0) * (hd + 2));
     }
   }
 }
@@ -291,36 +176,68 @@ void merge_chunks(const float* part, int64_t n_chunks, int64_t nh, int64_t hd, f
 
 int64_t n_chunks(int64_t nk) { return (nk + kChunk - 1) / kChunk; }
 
+// Tokens [tb, te) of one run (consecutive positions of a sequence), KV head g: each chunk's keys
+// packed once for every query row of the block, partials of token t, chunk c, head h at
+// part + (((t - tb) * nch + c) * group + h) * (hd + 2), merged per head like merge_chunks.
+void attend_run(const AttnArgs& a, const MatmulKernels& mk, const Scratch& sc, int64_t tb, int64_t te, int64_t g,
+                Tensor* dst) {
+  const int64_t hd = a.hd, group = a.group, nk = a.pos[te - 1] + 1, nch = n_chunks(nk);
+  for (int64_t c = 0; c < nch; ++c) {
+    const int64_t j0 = c * kChunk, j1 = std::min(nk, j0 + kChunk);
+    chunk_rows(a, sc, te - 1, j0, j1);
+    head_rows(a, sc, j1 - j0, g);
+    mk.attn_pack_kt(sc.krows, a.kc->type, j1 - j0, hd, sc.kt);
+    for (int64_t t = tb; t < te; ++t) {
+      if (a.pos[t] < j0) continue;  // (its keys end before this chunk)
+      const int64_t n = std::min<int64_t>(a.pos[t] + 1, j1) - j0;
+      for (int64_t h0 = 0; h0 < group; h0 += kMaxGroup) {
+        const int ng = static_cast<int>(std::min(kMaxGroup, group - h0));
+        const float* qs[kMaxGroup];
+        float mx[kMaxGroup];
+        query_rows(a, t, g, h0, ng, qs);
+        mk.attn_scores_kt(qs, ng, sc.kt, n, hd, a.scale, sc.s, mx);
+        finish_heads(a, mk, sc, ng, n, mx, sc.part + (((t - tb) * nch + c) * group + h0) * (hd + 2));
+      }
+    }
+  }
+  for (int64_t t = tb; t < te; ++t) {
+    auto* out = reinterpret_cast<float*>(dst->row_ptr(t));
+    for (int64_t h = 0; h < group; ++h)
+      merge_one(sc.part + ((t - tb) * nch * group + h) * (hd + 2), n_chunks(a.pos[t] + 1), group * (hd + 2), hd,
+                out + (g * group + h) * hd);
+  }
+}
+
 void attention_fast(Tensor* dst, const KernelCtx& c, const MatmulKernels& mk) {
   const AttnArgs a(dst);
   const int64_t n_tok = a.n_tok, n_head = a.n_head, hd = a.hd;
   const int64_t rec_floats = n_head * (hd + 2);  // one chunk's partials of a token
 
-  // Work units: tokens; a token holding more than half a thread's share of the step's keys
-  // (one long sequence decoding) is split into (token, chunk) units. Every thread derives the
-  // same plan.
-  int64_t total = 0, max_nk = 0;
-  for (int64_t t = 0; t < n_tok; ++t) total += a.pos[t] + 1, max_nk = std::max<int64_t>(max_nk, a.pos[t] + 1);
-  auto split_tok = [&](int64_t t) {
-    const int64_t nk = a.pos[t] + 1;
-    return c.nth > 1 && nk > kChunk && 2 * nk * c.nth > total;
-  };
-
-  // Scratch: unit prefix [n_tok + 1] and partial offsets [n_tok + 1] (int64) | scores | acc |
-  // row pointers | local partials.
+  // Scratch: int64 [n_tok + 1] token unit prefix, [n_tok + 1] partial offsets, [2 (n_tok + 1)]
+  // run blocks (first, end), [n_tok + 1] in-run flags | scores | acc | row pointers | packed keys |
+  // local partials.
   auto up16 = [](size_t f) { return (f + 15) / 16 * 16; };
-  const size_t f_idx = up16(4 * static_cast<size_t>(n_tok + 1));
+  const bool packed = mk.attn_scores_kt != nullptr && hd % 8 == 0;
+  int64_t max_nk = 0;
+  for (int64_t t = 0; t < n_tok; ++t) max_nk = std::max<int64_t>(max_nk, a.pos[t] + 1);
+  // Tokens per run block: kRunBlock, fewer where their partials would pass kRunPartFloats.
+  const int64_t max_block = std::clamp<int64_t>(kRunPartFloats / (n_chunks(max_nk) * a.group * (hd + 2)), 1, kRunBlock);
+  const size_t f_idx = up16(10 * static_cast<size_t>(n_tok + 1));
   const size_t f_s = up16(static_cast<size_t>(kMaxGroup * kChunk));
   const size_t f_acc = up16(static_cast<size_t>(kMaxGroup * hd));
   const size_t f_ptr = up16(4 * kChunk * sizeof(void*) / sizeof(float));
-  const size_t f_part = static_cast<size_t>(n_chunks(max_nk) * rec_floats);
-  const size_t f_all = f_idx + f_s + f_acc + f_ptr + f_part + 16;
+  const size_t f_kt = packed ? static_cast<size_t>(kChunk * hd) : 0;
+  const size_t f_part = static_cast<size_t>(std::max(n_chunks(max_nk) * rec_floats,
+                                                     packed ? max_block * n_chunks(max_nk) * a.group * (hd + 2) : 0));
+  const size_t f_all = f_idx + f_s + f_acc + f_ptr + f_kt + f_part + 16;
   std::vector<float>& buf = *c.scratch;
   if (buf.size() < f_all) buf.resize(f_all);
   float* base = buf.data();
   base += (16 - reinterpret_cast<uintptr_t>(base) / 4 % 16) % 16;  // 64-byte aligned
   auto* units = reinterpret_cast<int64_t*>(base);
   int64_t* pbase = units + (n_tok + 1);
+  int64_t* blocks = pbase + (n_tok + 1);
+  int64_t* in_run = blocks + 2 * (n_tok + 1);
   Scratch sc;
   sc.s = base + f_idx;
   sc.acc = sc.s + f_s;
@@ -328,15 +245,47 @@ void attention_fast(Tensor* dst, const KernelCtx& c, const MatmulKernels& mk) {
   sc.vrows = sc.krows + kChunk;
   sc.krow0 = sc.vrows + kChunk;
   sc.vrow0 = sc.krow0 + kChunk;
-  sc.part = sc.acc + f_acc + f_ptr;
+  sc.kt = sc.acc + f_acc + f_ptr;
+  sc.part = sc.kt + f_kt;
 
+  // Runs, in blocks of equal size: as large as allowed (each block packs every chunk's keys
+  // once), as long as the run still gives about four units a thread.
+  int64_t n_blocks = 0;
+  std::fill(in_run, in_run + n_tok, 0);
+  if (packed) {
+    for (int64_t t = 0; t < n_tok;) {
+      int64_t e = t + 1;
+      while (e < n_tok && a.seq[e] == a.seq[t] && a.pos[e] == a.pos[e - 1] + 1) ++e;
+      const int64_t len = e - t;
+      if (len >= kRunMin) {
+        const int64_t want = std::min(max_block, std::max(kRunMin, len * a.n_kv / (4 * c.nth)));
+        const int64_t nb = (len + want - 1) / want, per = (len + nb - 1) / nb;
+        for (int64_t b = t; b < e; b += per) {
+          blocks[2 * n_blocks] = b, blocks[2 * n_blocks + 1] = std::min(e, b + per), ++n_blocks;
+        }
+        std::fill(in_run + t, in_run + e, 1);
+      }
+      t = e;
+    }
+  }
+
+  // Work units: run blocks x KV heads first (the largest), then the other tokens; a token holding
+  // more than half a thread's share of the step's keys (one long sequence decoding) is split into
+  // (token, chunk) units. Every thread derives the same plan.
+  int64_t total = 0;
+  for (int64_t t = 0; t < n_tok; ++t) total += a.pos[t] + 1;
+  auto split_tok = [&](int64_t t) {
+    const int64_t nk = a.pos[t] + 1;
+    return !in_run[t] && c.nth > 1 && nk > kChunk && 2 * nk * c.nth > total;
+  };
   units[0] = pbase[0] = 0;
   for (int64_t t = 0; t < n_tok; ++t) {
     const bool sp = split_tok(t);
     const int64_t nch = n_chunks(a.pos[t] + 1);
-    units[t + 1] = units[t] + (sp ? nch : 1);
+    units[t + 1] = units[t] + (in_run[t] ? 0 : sp ? nch : 1);
     pbase[t + 1] = pbase[t] + (sp ? nch * rec_floats : 0);
   }
+  const int64_t run_units = n_blocks * a.n_kv;
   const bool any_split = pbase[n_tok] > 0;
   float* shared = nullptr;
   if (any_split) {
@@ -346,8 +295,14 @@ void attention_fast(Tensor* dst, const KernelCtx& c, const MatmulKernels& mk) {
     shared = reinterpret_cast<float*>(c.shared->data());
   }
 
-  for (int64_t u = c.counter->fetch_add(1, std::memory_order_relaxed); u < units[n_tok];
-       u = c.counter->fetch_add(1, std::memory_order_relaxed)) {
+  for (int64_t v = c.counter->fetch_add(1, std::memory_order_relaxed); v < run_units + units[n_tok];
+       v = c.counter->fetch_add(1, std::memory_order_relaxed)) {
+    if (v < run_units) {
+      const int64_t b = v / a.n_kv;
+      attend_run(a, mk, sc, blocks[2 * b], blocks[2 * b + 1], v % a.n_kv, dst);
+      continue;
+    }
+    const int64_t u = v - run_units;
     const int64_t t = std::upper_bound(units, units + n_tok + 1, u) - units - 1;
     const int64_t nk = a.pos[t] + 1, nch = n_chunks(nk);
     if (split_tok(t)) {
