@@ -278,6 +278,17 @@ void mul_mat_tiled(Tensor* dst, const KernelCtx& c, const MatmulKernels& mk, con
 
 // Rows per work chunk of a decode mul_mat: about eight chunks per thread (so a thread that the
 // OS preempts hands its share to the others), a multiple of 16 rows.
+// Decoding streams each weight row from memory once: the row kPrefetchAhead bytes further on is
+// asked for before this one is multiplied (as far as `end`, the chunk's end). The hardware
+// prefetcher alone leaves bandwidth unused: on a 2-core Zen 5, tg128 of a 1B Q4_K_M went from
+// 53-60 to 60-67 t/s (six alternating runs each).
+constexpr size_t kPrefetchAhead = 8192;
+inline void prefetch_ahead(const uint8_t* row, size_t bytes, const uint8_t* end) {
+  const uint8_t* p = row + kPrefetchAhead;
+  const uint8_t* stop = std::min(p + bytes, end);
+  for (; p < stop; p += 64) __builtin_prefetch(p, 0, 3);
+}
+
 int64_t gemv_chunk_rows(int64_t m, int nth) {
   const int64_t per = m / (8 * static_cast<int64_t>(nth));
   return std::max<int64_t>(16, per / 16 * 16);
@@ -471,6 +482,7 @@ void op_mul_mat(Tensor* dst, const KernelCtx& c) {
       const int na = static_cast<int>(std::min<int64_t>(kMaxNa, n - j0));
       const uint8_t* a = act + static_cast<size_t>(j0) * stride;
       for (int64_t i = i0; i < i1; ++i) {
+        if (n == 1) prefetch_ahead(w->row_ptr(i), w->nb[1], w->row_ptr(i1));
         row_dot[na - 1](k, w->row_ptr(i), a, stride, r);
         for (int jj = 0; jj < na; ++jj)
           reinterpret_cast<float*>(out0 + static_cast<size_t>(j0 + jj) * out_stride)[i] = r[jj];
