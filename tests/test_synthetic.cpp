@@ -216,6 +216,19 @@ TEST_CASE("synthetic: a tiny q4_K_M model is built as planned and runs, in kite 
                                    "-r", "1", "-t", "2", "--json", "--bandwidth", "10"});
   REQUIRE_MESSAGE(deep_json.exit_code == 0, deep_json.err);
   CHECK(nlohmann::json::parse(deep_json.out)["depth"] == 16);
+  CHECK(nlohmann::json::parse(deep_json.out)["kv_type"] == "f16");
+  // --kv-type: the cache in another type, in the JSON and named in the table's label.
+  const auto q8kv = run_kite({"bench", "--synthetic", "tiny", "--type", "q8_0", "-p", "8", "-n", "2", "-d", "64",
+                              "-r", "1", "-t", "2", "--json", "--bandwidth", "10", "--kv-type", "q8_0"});
+  REQUIRE_MESSAGE(q8kv.exit_code == 0, q8kv.err);
+  CHECK(nlohmann::json::parse(q8kv.out)["kv_type"] == "q8_0");
+  const auto q8kv_table = run_kite({"bench", "--synthetic", "tiny", "--type", "q8_0", "-p", "8", "-n", "0", "-d", "64",
+                                    "-r", "1", "-t", "2", "--kv-type", "q8_0"});
+  REQUIRE_MESSAGE(q8kv_table.exit_code == 0, q8kv_table.err);
+  CHECK_MESSAGE(q8kv_table.out.find("| pp8 @ d64 kv q8_0 |") != std::string::npos, q8kv_table.out);
+  const auto bad_kv = run_kite({"bench", "--synthetic", "tiny", "--kv-type", "q4", "-p", "0", "-n", "0"});
+  CHECK(bad_kv.exit_code == 2);
+  CHECK(bad_kv.err.find("--kv-type: q4 not in") != std::string::npos);
   const auto deep_batched = run_kite({"bench", "--synthetic", "tiny", "--parallel", "2", "-d", "16"});
   CHECK(deep_batched.exit_code == 2);
   CHECK(deep_batched.err.find("--n-depth excludes --parallel") != std::string::npos);

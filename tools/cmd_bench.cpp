@@ -30,6 +30,7 @@ struct BenchArgs {
   int n_prompt = 512;
   int n_gen = 128;
   int depth = 0;  // tokens in the KV cache before each pp/tg test (llama-bench's -d)
+  std::string kv_type = "f16";  // KV cache element type (llama-bench's -ctk/-ctv)
   int reps = 3;
   int threads = 0;
   std::string device = "cpu";  // where to compute (cpu, cuda)
@@ -115,6 +116,7 @@ int run_batched(const BenchArgs& a, const std::shared_ptr<const Model>& model, c
     opts.n_ctx = a.n_prompt + a.n_gen + 1;
     opts.n_seqs = b;
     opts.prefix_cache = false;
+    opts.kv_type = quant::find_traits(a.kv_type)->type;
     auto ctx = Context::create(model, opts);
     if (!ctx) {
       std::cerr << "kite bench: " << ctx.error().message << "\n";
@@ -307,6 +309,7 @@ int run_single(const BenchArgs& a, const std::shared_ptr<const Model>& model, co
   opts.gpu_layers = a.gpu_layers;
   opts.tensor_parallel = a.tensor_parallel;
   opts.n_ctx = std::max(16, a.depth + std::max(a.n_prompt, a.n_gen));
+  opts.kv_type = quant::find_traits(a.kv_type)->type;
   auto ctx = Context::create(model, opts);
   if (!ctx) {
     std::cerr << "kite bench: " << ctx.error().message << "\n";
@@ -359,26 +362,28 @@ int run_single(const BenchArgs& a, const std::shared_ptr<const Model>& model, co
     }
   }
   const double pp_ts = pp.empty() ? 0 : median(pp), tg_ts = tg.empty() ? 0 : median(tg);
-  // A generated token reads the weights and, at depth, the KV cache behind it (f16 K and V).
-  const HParams& hp = model->hparams();
-  const double kv_bytes_per_pos = 2.0 * 2.0 * static_cast<double>(hp.n_layer * hp.n_head_kv * hp.head_dim);
+  // A generated token reads the weights and, at depth, the KV cache behind it (K and V rows of
+  // every layer, in --kv-type).
+  const double kv_bytes_per_pos = 2.0 * static_cast<double>(model->hparams().n_layer) * static_cast<double>(c.kv().row_bytes());
   const double tg_bytes = static_cast<double>(decode_bytes) + kv_bytes_per_pos * (a.depth + a.n_gen / 2.0);
   const double tg_gbs = tg_ts * tg_bytes / 1e9;
   if (a.json) {
     std::printf(
         "{\"model\": \"%s\", \"device\": \"%s\", \"bytes\": %llu, \"decode_bytes\": %llu, \"params\": %llu, "
-        "\"threads\": %d, \"depth\": %d, \"pp\": %d, \"pp_ts\": %.2f, \"tg\": %d, \"tg_ts\": %.2f, \"tg_gbs\": %.2f, "
-        "\"read_gbs\": %.2f}\n",
+        "\"threads\": %d, \"depth\": %d, \"kv_type\": \"%s\", \"pp\": %d, \"pp_ts\": %.2f, \"tg\": %d, "
+        "\"tg_ts\": %.2f, \"tg_gbs\": %.2f, \"read_gbs\": %.2f}\n",
         name.c_str(), a.device.c_str(), static_cast<unsigned long long>(weight_bytes),
-        static_cast<unsigned long long>(decode_bytes), static_cast<unsigned long long>(params), threads, a.depth, a.n_prompt,
-        pp_ts, a.n_gen, tg_ts, tg_gbs, bw);
+        static_cast<unsigned long long>(decode_bytes), static_cast<unsigned long long>(params), threads, a.depth,
+        a.kv_type.c_str(), a.n_prompt, pp_ts, a.n_gen, tg_ts, tg_gbs, bw);
     return kExitOk;
   }
   std::printf("| model | size | params | threads | test | t/s | GB/s |\n|---|---:|---:|---:|---|---:|---:|\n");
   // The threads column names the device for GPU runs (both rows alike).
   const std::string where = a.device == "cpu" ? std::to_string(threads) : a.device;
   const std::string size_text = human_bytes(weight_bytes), params_text = human_count(params);
-  const std::string at_depth = a.depth > 0 ? " @ d" + std::to_string(a.depth) : std::string();  // llama-bench's label
+  // llama-bench's label, and the KV type where it is not the default.
+  const std::string at_depth = (a.depth > 0 ? " @ d" + std::to_string(a.depth) : std::string()) +
+                               (a.kv_type != "f16" ? " kv " + a.kv_type : std::string());
   if (!pp.empty())
     std::printf("| %s | %s | %s | %s | pp%d%s | %.2f | |\n", name.c_str(), size_text.c_str(), params_text.c_str(),
                 where.c_str(), a.n_prompt, at_depth.c_str(), pp_ts);
@@ -416,6 +421,8 @@ void register_bench(CLI::App& app, Action* run) {
                   "Tokens already in the context before each pp/tg test (llama-bench's -d: speed at that depth; "
                   "tg's GB/s counts the KV cache read too)")
       ->check(at_least(0));
+  cmd->add_option("--kv-type", a->kv_type, "KV cache element type: f16 (default), bf16, f32, q8_0")
+      ->check(CLI::IsMember({"f16", "bf16", "f32", "q8_0"}));
   cmd->add_option("-r,--repetitions", a->reps, "Repetitions (the median is reported)")->check(at_least(1));
   cmd->add_option("-t,--threads", a->threads, "Threads (default: all physical cores)")->check(at_least(0));
   cmd->add_option("--device", a->device, "Where to compute: cpu, cuda (builds with KITE_CUDA) or vulkan (builds with KITE_VULKAN)");
