@@ -304,7 +304,8 @@ TEST_CASE("ops: packed-key scores of prefill runs equal the row kernels' bit for
       for (DType t : {DType::F16, DType::F32, DType::Q8_0}) {
         if (t == DType::Q8_0 && hd % 32 != 0) continue;
         const int64_t n = hd == 64 ? 512 : 37 + hd % 7;
-        const std::vector<uint8_t> kb = encode(t, randn(static_cast<size_t>(n * hd), 500 + static_cast<uint32_t>(hd)), n, hd);
+        const std::vector<float> kf = randn(static_cast<size_t>(n * hd), 500 + static_cast<uint32_t>(hd));
+        const std::vector<uint8_t> kb = encode(t, kf, n, hd);
         const size_t rb = quant::row_size(t, hd).value();
         std::vector<const uint8_t*> rows;
         for (int64_t j = 0; j < n; ++j) rows.push_back(kb.data() + static_cast<size_t>(j) * rb);
@@ -340,7 +341,8 @@ TEST_CASE("ops: attention rows of a prefill run equal the same rows computed alo
     const int64_t row = b.hd * b.nkv, qrow = b.hd * b.nh;
     for_each_config([&](const Config& c) {
       if (!c.cpu) return;  // (GPU backends route runs to other kernels: tested in their own files)
-      const std::vector<float> got = run_paged_attention(*c.backend, b, kt, vt, ac.q, ac.kb, ac.vb, ac.knew, ac.vnew, ac.scale);
+      const std::vector<float> got =
+          run_paged_attention(*c.backend, b, kt, vt, ac.q, ac.kb, ac.vb, ac.knew, ac.vnew, ac.scale);
       CHECK(nmse(got, ac.ref) < 1e-10);
       for (int64_t t = 0; t < b.n_tok(); t += 3) {
         // The cache as the whole batch left it: every row of the batch written, then row t alone.
@@ -355,8 +357,9 @@ TEST_CASE("ops: attention rows of a prefill run equal the same rows computed alo
           std::memcpy(kb.data() + static_cast<size_t>(b.slots[i]) * krb, kn.data() + static_cast<size_t>(i) * krb, krb);
           std::memcpy(vb.data() + static_cast<size_t>(b.slots[i]) * vrb, vn.data() + static_cast<size_t>(i) * vrb, vrb);
         }
-        const std::vector<float> alone = run_paged_attention(*c.backend, one, kt, vt, pick_rows(ac.q, {t}, qrow), kb, vb,
-                                                             pick_rows(ac.knew, {t}, row), pick_rows(ac.vnew, {t}, row), ac.scale);
+        const std::vector<float> alone =
+            run_paged_attention(*c.backend, one, kt, vt, pick_rows(ac.q, {t}, qrow), kb, vb,
+                                pick_rows(ac.knew, {t}, row), pick_rows(ac.vnew, {t}, row), ac.scale);
         INFO(c.label, " ", quant::find_traits(kt)->name, " row ", t, " (position ", b.pos[t], ")");
         CHECK(std::memcmp(alone.data(), got.data() + t * qrow, static_cast<size_t>(qrow) * 4) == 0);
       }

@@ -364,7 +364,8 @@ int run_single(const BenchArgs& a, const std::shared_ptr<const Model>& model, co
   const double pp_ts = pp.empty() ? 0 : median(pp), tg_ts = tg.empty() ? 0 : median(tg);
   // A generated token reads the weights and, at depth, the KV cache behind it (K and V rows of
   // every layer, in --kv-type).
-  const double kv_bytes_per_pos = 2.0 * static_cast<double>(model->hparams().n_layer) * static_cast<double>(c.kv().row_bytes());
+  const double kv_bytes_per_pos =
+      2.0 * static_cast<double>(model->hparams().n_layer) * static_cast<double>(c.kv().row_bytes());
   const double tg_bytes = static_cast<double>(decode_bytes) + kv_bytes_per_pos * (a.depth + a.n_gen / 2.0);
   const double tg_gbs = tg_ts * tg_bytes / 1e9;
   if (a.json) {

@@ -100,7 +100,10 @@ void chunk_rows(const AttnArgs& a, const Scratch& sc, int64_t t, int64_t j0, int
     const int64_t slot = static_cast<int64_t>(blocks[b]) * a.bs + in;
     const uint8_t* k = a.kc->row_ptr(slot);
     const uint8_t* v = a.vc->row_ptr(slot);
-    for (int64_t r = 0; r < run; ++r) sc.krow0[j - j0 + r] = k + r * a.kc->nb[1], sc.vrow0[j - j0 + r] = v + r * a.vc->nb[1];
+    for (int64_t r = 0; r < run; ++r) {
+      sc.krow0[j - j0 + r] = k + r * a.kc->nb[1];
+      sc.vrow0[j - j0 + r] = v + r * a.vc->nb[1];
+    }
     j += run;
   }
 }
