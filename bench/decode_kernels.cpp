@@ -192,7 +192,7 @@ int main(int argc, char** argv) {
       }
     }
     else {
-      std::fprintf(stderr, "usage: kite-decode-kernels [--types t1,t2] [--k K] [--na 1,2,4,8,16] [--level avx2|avx512]\n");
+      std::fprintf(stderr, "usage: kite-decode-kernels [--types t1,t2] [--k K] [--na 1,2,4,8,16] [--level avx2|avxvnni|avx512]\n");
       return 2;
     }
   }
@@ -219,10 +219,10 @@ int main(int argc, char** argv) {
     const int64_t cold_rows = static_cast<int64_t>((512u << 20) / row_bytes), hot_rows = static_cast<int64_t>((256u << 10) / row_bytes) + 1;
     std::vector<uint8_t> w(static_cast<size_t>(cold_rows) * row_bytes);
     for (int64_t i = 0; i < cold_rows; ++i) std::memcpy(w.data() + static_cast<size_t>(i) * row_bytes, row.data(), row_bytes);
-    for (cpu::SimdLevel level : {cpu::SimdLevel::kAvx2, cpu::SimdLevel::kAvx512}) {
+    for (cpu::SimdLevel level : cpu::supported_simd_levels()) {
       const cpu::MatmulKernels* mk = cpu::matmul_kernels_for(level);
-      if (mk == nullptr || level > cpu::best_simd_level()) continue;
-      const char* level_name = level == cpu::SimdLevel::kAvx2 ? "avx2" : "avx512";
+      if (mk == nullptr) continue;
+      const char* level_name = cpu::simd_level_name(level);
       if (!only_level.empty() && only_level != level_name) continue;
       const cpu::ActFormat f = cpu::act_format(static_cast<DType>(tr->type));
       std::vector<uint8_t> act(cpu::act_row_bytes(f, k) + 64);

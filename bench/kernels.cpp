@@ -1,7 +1,7 @@
 // kite-bench-kernels: mul_mat throughput of the CPU backend at Llama-1B shapes, per weight type
 // and SIMD level, and the machine's streaming read bandwidth. Not run in CI.
 //
-//   kite-bench-kernels [--threads N] [--levels scalar,avx2,avx512] [--types q4_0,q4_K,...]
+//   kite-bench-kernels [--threads N] [--levels scalar,avx2,avxvnni,avx512] [--types q4_0,q4_K,...]
 //                      [--n 1,512] [--gemm-max N]  (small batches up to N rows use gemm8; 0: never)
 //
 // Decode (n=1) cycles through enough copies of the weights (>= 512 MiB) that they stream from

@@ -1,9 +1,9 @@
 // The AVX2 level's prefill tiles and gemm8 (matmul_x86_tiles.inc, matmul_x86_gemm.inc): the
-// same sources as the AVX-512 VNNI level with vpdpbusd emulated by maddubs chains in i16 lanes
-// (dp_chain), exact only within the bounds those files state. Checked here at the bounds
-// (codes at the top of each type's range against activation codes of +-127) against a double
-// reference, bit for bit against the VNNI level where this CPU has it, and through mul_mat at
-// prefill row counts.
+// same sources as the VNNI levels (AVX-VNNI, AVX-512) with vpdpbusd emulated by maddubs chains in
+// i16 lanes (dp_chain), exact only within the bounds those files state. Checked here at the
+// bounds (codes at the top of each type's range against activation codes of +-127) against a
+// double reference, bit for bit against each VNNI level this CPU has, and through mul_mat at
+// prefill row counts. The AVX-VNNI level: its kernel set, and bit for bit against AVX-512.
 #include <algorithm>
 
 #include "formats/quant/blocks.h"
@@ -205,34 +205,82 @@ TEST_CASE("ops avx2: tiles and gemm8 are exact at the codes' bounds") {
   CHECK(checked == 2 * 6 + 4 * 2);
 }
 
-TEST_CASE("ops avx2: tiles and gemm8 give the VNNI level's results bit for bit") {
-  REQUIRE(has_level(SimdLevel::kAvx2));
-  if (!has_level(SimdLevel::kAvx512)) {
-    MESSAGE("no AVX-512 VNNI on this CPU: the AVX2 tiles are checked against the reference only");
-    return;
-  }
-  const cpu::MatmulKernels& avx2 = *cpu::matmul_kernels_for(SimdLevel::kAvx2);
-  const cpu::MatmulKernels& vnni = *cpu::matmul_kernels_for(SimdLevel::kAvx512);
+// Tile products and gemm8 of two levels on the same weights and activation bytes, compared bit
+// for bit (and checked against the double reference) for the given types.
+void check_same_tiles(SimdLevel la, SimdLevel lb, const std::vector<DType>& types, uint32_t seed) {
+  const cpu::MatmulKernels& a_mk = *cpu::matmul_kernels_for(la);
+  const cpu::MatmulKernels& b_mk = *cpu::matmul_kernels_for(lb);
   const int64_t k = 768;  // 3 super-blocks, 24 blocks of 32
   const int na = cpu::kGemmMaxNa;
-  const std::vector<float> xf = randn(static_cast<size_t>(k * na), 611, 2.f);
-  uint32_t seed = 620;
-  for (DType t : kAvx2TileTypes) {
+  const std::vector<float> xf = randn(static_cast<size_t>(k * na), seed, 2.f);
+  int checked = 0;
+  for (DType t : types) {
     // The same activation bytes for both levels (their quantizers agree; checked elsewhere).
-    const std::vector<uint8_t> at = tile_acts(avx2, xf, k, na, is_t16(t));
+    const std::vector<uint8_t> at = tile_acts(a_mk, xf, k, na, is_t16(t));
     for (int nrows : {8, 5}) {
-      const std::vector<uint8_t> wb = encode(t, randn(static_cast<size_t>(k * nrows), seed++), nrows, k);
+      const std::vector<uint8_t> wb = encode(t, randn(static_cast<size_t>(k * nrows), ++seed), nrows, k);
       for (int n : {1, 3, 4, 8}) {
-        const TileResults a = run_tiles(avx2, t, wb, nrows, k, at, n);
-        const TileResults v = run_tiles(vnni, t, wb, nrows, k, at, n);
-        INFO(quant::find_traits(t)->name, " rows ", nrows, " na ", n);
-        CHECK(same_bits(a.tile, v.tile, nrows, n));
-        CHECK(same_bits(a.gemm, v.gemm, nrows, n));
+        const TileResults a = run_tiles(a_mk, t, wb, nrows, k, at, n);
+        const TileResults b = run_tiles(b_mk, t, wb, nrows, k, at, n);
+        INFO(cpu::simd_level_name(la), " vs ", cpu::simd_level_name(lb), " ", quant::find_traits(t)->name, " rows ",
+             nrows, " na ", n);
+        CHECK(same_bits(a.tile, b.tile, nrows, n));
+        CHECK(same_bits(a.gemm, b.gemm, nrows, n));
         // And both are right (not merely equal).
         CHECK(max_rel_err(a.tile, reference(t, wb, nrows, k, at, n), nrows, n) < 1e-4);
+        ++checked;
       }
     }
   }
+  CHECK(checked == 8 * static_cast<int>(types.size()));
+}
+
+TEST_CASE("ops avx2: tiles and gemm8 give the VNNI levels' results bit for bit") {
+  REQUIRE(has_level(SimdLevel::kAvx2));
+  int levels = 0;
+  for (SimdLevel l : {SimdLevel::kAvxVnni, SimdLevel::kAvx512}) {
+    if (!has_level(l)) continue;
+    check_same_tiles(SimdLevel::kAvx2, l, std::vector<DType>(std::begin(kAvx2TileTypes), std::end(kAvx2TileTypes)),
+                     611);
+    ++levels;
+  }
+  if (levels == 0) MESSAGE("no VNNI on this CPU: the AVX2 tiles are checked against the reference only");
+}
+
+// The AVX-VNNI level (Intel client CPUs without AVX-512): the AVX2 level's 256-bit kernels with
+// vpdpbusd, so also tiles for the types past maddubs' range, and none of the 512-bit kernels.
+TEST_CASE("ops avxvnni: tiles and gemm8 for every 32-element type, no 512-bit kernels") {
+  if (!has_level(SimdLevel::kAvxVnni)) {
+    MESSAGE("no AVX-VNNI on this CPU: its level is not checked");
+    return;
+  }
+  const cpu::MatmulKernels& mk = *cpu::matmul_kernels_for(SimdLevel::kAvxVnni);
+  int tiled = 0;
+  for (DType t : kQuantTypes) {
+    const auto id = static_cast<size_t>(t);
+    INFO(quant::find_traits(t)->name);
+    const bool tile = mk.tile_pack[id] != nullptr || mk.tile16_pack[id] != nullptr;
+    CHECK(tile == (mk.gemm8[id] != nullptr));
+    tiled += tile ? 1 : 0;
+    CHECK((mk.wgemm[id] == nullptr));
+    CHECK((mk.wtile_pack[id] == nullptr));
+    CHECK((mk.gemv[id] == nullptr));
+  }
+  CHECK(tiled == 11);
+  for (DType t : {DType::Q8_0, DType::IQ4_NL, DType::IQ4_XS})
+    CHECK((mk.tile_pack[static_cast<size_t>(t)] != nullptr));
+  CHECK((mk.tile_dot8 == nullptr));
+  CHECK((mk.tile16_dot8 == nullptr));
+  CHECK((mk.quantize_q8g == nullptr));
+}
+
+TEST_CASE("ops avxvnni: the types past maddubs' range tile like the AVX-512 level, bit for bit") {
+  if (!has_level(SimdLevel::kAvxVnni) || !has_level(SimdLevel::kAvx512)) {
+    MESSAGE("this CPU lacks AVX-VNNI or AVX-512: the two VNNI levels are not compared");
+    return;
+  }
+  // The same 256-bit vpdpbusd (VEX and EVEX encodings) on the same sources.
+  check_same_tiles(SimdLevel::kAvxVnni, SimdLevel::kAvx512, {DType::Q8_0, DType::IQ4_NL, DType::IQ4_XS}, 640);
 }
 
 TEST_CASE("ops avx2: mul_mat at prefill row counts, every level") {
@@ -244,7 +292,7 @@ TEST_CASE("ops avx2: mul_mat at prefill row counts, every level") {
     const int64_t k = quant::find_traits(t)->block_size == 256 ? 512 : 288;
     for (int64_t n : {24, 70, 130}) check_mul_mat(t, k, 37, n, 1, false, seed++);
   }
-  // The types that keep the per-row dots at AVX2, at a prefill row count.
+  // The types that keep the per-row dots at AVX2 (tiles at the VNNI levels), at a prefill row count.
   for (DType t : {DType::Q8_0, DType::IQ4_NL, DType::IQ4_XS}) check_mul_mat(t, 256, 21, 40, 1, false, seed++);
 }
 

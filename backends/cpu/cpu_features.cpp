@@ -60,6 +60,7 @@ bool level_supported(SimdLevel l) {
     case SimdLevel::kScalar: return true;
 #if defined(KITE_CPU_X86_KERNELS)
     case SimdLevel::kAvx2: return f.avx2 && f.fma && f.f16c;
+    case SimdLevel::kAvxVnni: return f.avx2 && f.fma && f.f16c && f.avx_vnni;
     case SimdLevel::kAvx512:
       return f.avx2 && f.fma && f.f16c && f.avx512f && f.avx512bw && f.avx512vl && f.avx512vnni;
 #endif
@@ -73,19 +74,22 @@ bool level_supported(SimdLevel l) {
 }
 
 // All levels, lowest first within each architecture.
-constexpr SimdLevel kAllLevels[] = {SimdLevel::kScalar, SimdLevel::kAvx2, SimdLevel::kAvx512, SimdLevel::kNeon,
-                                    SimdLevel::kNeonDot};
+constexpr SimdLevel kAllLevels[] = {SimdLevel::kScalar, SimdLevel::kAvx2, SimdLevel::kAvxVnni,
+                                    SimdLevel::kAvx512, SimdLevel::kNeon, SimdLevel::kNeonDot};
 
 // The next lower level of the same architecture (kScalar below the lowest).
 SimdLevel level_below(SimdLevel l) {
   switch (l) {
-    case SimdLevel::kAvx512: return SimdLevel::kAvx2;
+    case SimdLevel::kAvx512: return SimdLevel::kAvxVnni;
+    case SimdLevel::kAvxVnni: return SimdLevel::kAvx2;
     case SimdLevel::kNeonDot: return SimdLevel::kNeon;
     default: return SimdLevel::kScalar;
   }
 }
 
-[[maybe_unused]] bool is_x86_level(SimdLevel l) { return l == SimdLevel::kAvx2 || l == SimdLevel::kAvx512; }
+[[maybe_unused]] bool is_x86_level(SimdLevel l) {
+  return l == SimdLevel::kAvx2 || l == SimdLevel::kAvxVnni || l == SimdLevel::kAvx512;
+}
 [[maybe_unused]] bool is_arm_level(SimdLevel l) { return l == SimdLevel::kNeon || l == SimdLevel::kNeonDot; }
 
 // Whether l is a level of the architecture this binary runs on (kScalar is of every one).
@@ -143,6 +147,7 @@ const char* simd_level_name(SimdLevel l) {
   switch (l) {
     case SimdLevel::kScalar: return "scalar";
     case SimdLevel::kAvx2: return "avx2";
+    case SimdLevel::kAvxVnni: return "avxvnni";
     case SimdLevel::kAvx512: return "avx512";
     case SimdLevel::kNeon: return "neon";
     case SimdLevel::kNeonDot: return "neondot";

@@ -26,10 +26,12 @@ const CpuFeatures& cpu_features();
 // Kernel levels; within one architecture, in increasing order.
 //   kScalar:  the reference (dequantize to f32, scalar dot); any CPU.
 //   kAvx2:    x86-64: AVX2 + FMA + F16C (maddubs/madd int8 dot products).
+//   kAvxVnni: x86-64: kAvx2 + AVX-VNNI (256-bit vpdpbusd, VEX): Intel client CPUs from Alder
+//             Lake on, which have no AVX-512; the same 256-bit kernels as kAvx2 otherwise.
 //   kAvx512:  x86-64: AVX-512 F/BW/VL + AVX512-VNNI (vpdpbusd, 512-bit float dots).
 //   kNeon:    aarch64: Advanced SIMD (smull/sadalp int8 dot products); every aarch64 CPU.
 //   kNeonDot: aarch64: kNeon + the dot-product extension (sdot; HWCAP_ASIMDDP).
-enum class SimdLevel : int { kScalar = 0, kAvx2 = 1, kAvx512 = 2, kNeon = 3, kNeonDot = 4 };
+enum class SimdLevel : int { kScalar = 0, kAvx2 = 1, kAvxVnni = 2, kAvx512 = 3, kNeon = 4, kNeonDot = 5 };
 
 const char* simd_level_name(SimdLevel l);
 bool parse_simd_level(std::string_view s, SimdLevel* out);
@@ -43,7 +45,7 @@ std::vector<SimdLevel> supported_simd_levels();
 // (a relaxed atomic load), so forcing takes effect for the next op.
 SimdLevel active_simd_level();
 // Forces a level, clamped to what the CPU supports: an unsupported level steps down within its
-// architecture (avx512 -> avx2 -> scalar, neondot -> neon -> scalar); a level of another
+// architecture (avx512 -> avxvnni -> avx2 -> scalar, neondot -> neon -> scalar); a level of another
 // architecture means best_simd_level(). reset_simd_level() undoes it.
 void force_simd_level(SimdLevel l);
 void reset_simd_level();

@@ -154,6 +154,7 @@ const MatmulKernels* matmul_kernels_for(SimdLevel level);
 
 // Kernel tables of the compiled x86 levels (their files are compiled only on x86-64).
 const MatmulKernels& matmul_kernels_avx2();
+const MatmulKernels& matmul_kernels_avxvnni();
 const MatmulKernels& matmul_kernels_avx512();
 // Kernel tables of the aarch64 levels (matmul_neon*.cpp, compiled only on aarch64).
 const MatmulKernels& matmul_kernels_neon();

@@ -44,6 +44,7 @@ const MatmulKernels* kernels_for(SimdLevel l) {
 #if defined(KITE_CPU_X86_KERNELS)
   switch (l) {
     case SimdLevel::kAvx2: return &matmul_kernels_avx2();
+    case SimdLevel::kAvxVnni: return &matmul_kernels_avxvnni();
     case SimdLevel::kAvx512: return &matmul_kernels_avx512();
     default: return nullptr;
   }
@@ -65,8 +66,8 @@ VecDotFn fast_kernel(const MatmulKernels* mk, DType t) {
 }
 
 // How a mul_mat of n activation rows multiplies its weights (the AVX-512 VNNI level has all four;
-// the AVX2 level all but wgemm, and tiles and gemm8 not for Q8_0/IQ4_NL/IQ4_XS, whose codes are
-// past maddubs' exact range, matmul_x86_tiles.inc):
+// the AVX-VNNI level all but wgemm; the AVX2 level all but wgemm, and tiles and gemm8 not for
+// Q8_0/IQ4_NL/IQ4_XS, whose codes are past maddubs' exact range, matmul_x86_tiles.inc):
 //   - per-row dots (matmul.h dot[]), up to kMaxNa rows per call: one row (decode), and where
 //     nothing else pays;
 //   - wgemm: 16 weight rows read in place, each block decoded once for up to 64 rows (batched
