@@ -7,6 +7,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "backends/cpu/cpu_features.h"
 #include "formats/quant/types.h"
 #include "src/model/model.h"
 #include "src/model/synthetic.h"
@@ -171,6 +172,10 @@ TEST_CASE("synthetic: a tiny q4_K_M model is built as planned and runs, in kite 
   const auto j = nlohmann::json::parse(r.out);
   CHECK(j["model"] == "synthetic-tiny-Q4_K_M");
   CHECK(j["device"] == "cpu");
+  // The CPU kernels that ran, by the level's name (this process's level: the same environment).
+  cpu::SimdLevel level;
+  CHECK(cpu::parse_simd_level(j["cpu_kernels"].get<std::string>(), &level));
+  CHECK(level == cpu::active_simd_level());
   CHECK(j["read_gbs"].get<double>() == doctest::Approx(123.5));
   CHECK(j["bytes"].get<uint64_t>() == plan->total_bytes);
   CHECK(j["pp_ts"].get<double>() > 0);

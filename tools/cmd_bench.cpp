@@ -13,6 +13,7 @@
 #include <random>
 #include <thread>
 
+#include "backends/cpu/cpu_features.h"
 #include "backends/cpu/threadpool.h"
 #include "src/model/synthetic.h"
 #include "src/runtime/scheduler.h"
@@ -368,12 +369,14 @@ int run_single(const BenchArgs& a, const std::shared_ptr<const Model>& model, co
       2.0 * static_cast<double>(model->hparams().n_layer) * static_cast<double>(c.kv().row_bytes());
   const double tg_bytes = static_cast<double>(decode_bytes) + kv_bytes_per_pos * (a.depth + a.n_gen / 2.0);
   const double tg_gbs = tg_ts * tg_bytes / 1e9;
+  // The CPU kernels that ran (KITE_CPU_SIMD can force a lower level): figures differ by level.
+  const char* kernels = cpu::simd_level_name(cpu::active_simd_level());
   if (a.json) {
     std::printf(
-        "{\"model\": \"%s\", \"device\": \"%s\", \"bytes\": %llu, \"decode_bytes\": %llu, \"params\": %llu, "
-        "\"threads\": %d, \"depth\": %d, \"kv_type\": \"%s\", \"pp\": %d, \"pp_ts\": %.2f, \"tg\": %d, "
-        "\"tg_ts\": %.2f, \"tg_gbs\": %.2f, \"read_gbs\": %.2f}\n",
-        name.c_str(), a.device.c_str(), static_cast<unsigned long long>(weight_bytes),
+        "{\"model\": \"%s\", \"device\": \"%s\", \"cpu_kernels\": \"%s\", \"bytes\": %llu, \"decode_bytes\": %llu, "
+        "\"params\": %llu, \"threads\": %d, \"depth\": %d, \"kv_type\": \"%s\", \"pp\": %d, \"pp_ts\": %.2f, "
+        "\"tg\": %d, \"tg_ts\": %.2f, \"tg_gbs\": %.2f, \"read_gbs\": %.2f}\n",
+        name.c_str(), a.device.c_str(), kernels, static_cast<unsigned long long>(weight_bytes),
         static_cast<unsigned long long>(decode_bytes), static_cast<unsigned long long>(params), threads, a.depth,
         a.kv_type.c_str(), a.n_prompt, pp_ts, a.n_gen, tg_ts, tg_gbs, bw);
     return kExitOk;
@@ -398,7 +401,9 @@ int run_single(const BenchArgs& a, const std::shared_ptr<const Model>& model, co
   if (bw > 0 && a.bandwidth > 0)
     std::printf("(median of %d; device %s; read bandwidth %.1f GB/s as given)\n", a.reps, a.device.c_str(), bw);
   else if (bw > 0)
-    std::printf("(median of %d; machine read bandwidth %.1f GB/s, %d threads)\n", a.reps, bw, threads);
+    std::printf("(median of %d; cpu kernels %s; machine read bandwidth %.1f GB/s, %d threads)\n", a.reps, kernels, bw,
+                threads);
+  else if (a.device == "cpu") std::printf("(median of %d; device cpu, kernels %s)\n", a.reps, kernels);
   else std::printf("(median of %d; device %s)\n", a.reps, a.device.c_str());
   return kExitOk;
 }
