@@ -64,7 +64,8 @@ TEST_CASE("ops: prefill tiles match the per-row kernels on the same activations"
     int tiled_types = 0;
     for (DType t : kQuantTypes) {
       const auto id = static_cast<size_t>(t);
-      const bool t16 = mk.tile16_pack[id] != nullptr;
+      // 16-element-scale tiles, with mins (Q2_K) or without; ActQ8U activations for both.
+      const bool t16m = mk.tile16m_pack[id] != nullptr, t16 = mk.tile16_pack[id] != nullptr || t16m;
       if (mk.tile_pack[id] == nullptr && !t16) continue;
       ++tiled_types;
       for (int nrows : {8, 5}) {
@@ -78,12 +79,14 @@ TEST_CASE("ops: prefill tiles match the per-row kernels on the same activations"
         std::vector<uint8_t> ar(rab * na);
         for (int j = 0; j < na; ++j)
           (rf == cpu::ActFormat::kQ8 ? mk.quantize_q8 : mk.quantize_q8k)(&xf[static_cast<size_t>(j * k)], ar.data() + rab * j, k);
-        std::vector<uint8_t> tile(static_cast<size_t>(k / 32) * (t16 ? cpu::kTile16BlockBytes : cpu::kTileBlockBytes));
+        std::vector<uint8_t> tile(static_cast<size_t>(k / 32) * (t16m  ? cpu::kTile16MinBlockBytes
+                                                                 : t16 ? cpu::kTile16BlockBytes
+                                                                       : cpu::kTileBlockBytes));
         const uint8_t* rows[cpu::kTileRows];
         for (int r = 0; r < nrows; ++r) rows[r] = wb.data() + rb * r;
-        (t16 ? mk.tile16_pack[id] : mk.tile_pack[id])(rows, nrows, k, tile.data());
+        (t16m ? mk.tile16m_pack[id] : t16 ? mk.tile16_pack[id] : mk.tile_pack[id])(rows, nrows, k, tile.data());
         float got[cpu::kMaxNa * cpu::kTileRows];
-        (t16 ? mk.tile16_dot : mk.tile_dot)[na - 1](k, tile.data(), at.data(), ab, got);
+        (t16m ? mk.tile16m_dot : t16 ? mk.tile16_dot : mk.tile_dot)[na - 1](k, tile.data(), at.data(), ab, got);
         std::vector<float> g;
         std::vector<double> ref;
         for (int j = 0; j < na; ++j)
@@ -98,7 +101,9 @@ TEST_CASE("ops: prefill tiles match the per-row kernels on the same activations"
         CHECK(nmse(g, ref) < (rf == cpu::ActFormat::kQ8 ? 1e-10 : 1e-4));
       }
     }
-    if (l == SimdLevel::kAvx512 || l == SimdLevel::kAvxVnni) CHECK(tiled_types == 11);
+    // The x86 levels tile Q2_K (with its mins); the VNNI levels also Q8_0, IQ4_NL and IQ4_XS.
+    if (l == SimdLevel::kAvx512 || l == SimdLevel::kAvxVnni) CHECK(tiled_types == 12);
+    if (l == SimdLevel::kAvx2) CHECK(tiled_types == 9);
   }
 }
 

@@ -291,6 +291,9 @@ TEST_CASE("ops avx2: mul_mat at prefill row counts, every level") {
     const int64_t k = quant::find_traits(t)->block_size == 256 ? 512 : 288;
     for (int64_t n : {24, 70, 130}) check_mul_mat(t, k, 37, n, 1, false, seed++);
   }
+  // Q2_K's tiles with mins at every x86 level: the dots below 32 rows, the tiles from there (8 rows
+  // a call at the AVX-512 level, a partial last call and tile).
+  for (int64_t n : {24, 40, 130}) check_mul_mat(DType::Q2_K, 512, 37, n, 1, false, seed++);
   // The types that keep the per-row dots at AVX2 (tiles at the VNNI levels), at a prefill row count.
   for (DType t : {DType::Q8_0, DType::IQ4_NL, DType::IQ4_XS}) check_mul_mat(t, 256, 21, 40, 1, false, seed++);
 }

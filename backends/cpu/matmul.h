@@ -71,6 +71,13 @@ struct MatmulKernels {
   // d_lo[8], d_hi[8], cw_lo[8], cw_hi[8].
   void (*tile16_pack[kTypeSlots])(const uint8_t* const* rows, int nrows, int64_t k, uint8_t* tile) = {};
   void (*tile16_dot[kMaxNa])(int64_t k, const uint8_t* tile, const uint8_t* act, size_t act_stride, float* out) = {};
+  // The same with a min per 16 elements (Q2_K: weight = d * w - m): tile16 layout plus float
+  // mm_lo[8], mm_hi[8] (-m), cw then also holding -(128 * 16) * mm, as the min meets the
+  // activations' sum: out += mm * sum(y + 128) per 16 elements.
+  void (*tile16m_pack[kTypeSlots])(const uint8_t* const* rows, int nrows, int64_t k, uint8_t* tile) = {};
+  void (*tile16m_dot[kMaxNa])(int64_t k, const uint8_t* tile, const uint8_t* act, size_t act_stride,
+                              float* out) = {};
+  void (*tile16m_dot8)(int64_t k, const uint8_t* tile, const uint8_t* act, size_t act_stride, float* out) = nullptr;
   // Wide tiles (32-element types, AVX-512 level): 16 weight rows in 512-bit vectors, so one
   // vpdpbusd covers 4 elements of 16 rows. Layout per 32 elements: u8 u[8 groups][16 rows][4],
   // float d[16], c[16]; weight value = d * u + c, as in the 8-row tiles (same decoders).
@@ -123,6 +130,7 @@ inline constexpr int kTileRows = 8;
 inline constexpr int kGemmMaxNa = 8;  // activation rows per gemm8 call
 inline constexpr size_t kTileBlockBytes = 32 * kTileRows + 2 * kTileRows * sizeof(float);  // per 32 elements
 inline constexpr size_t kTile16BlockBytes = 32 * kTileRows + 4 * kTileRows * sizeof(float);
+inline constexpr size_t kTile16MinBlockBytes = kTile16BlockBytes + 2 * kTileRows * sizeof(float);
 inline constexpr int kWideTileRows = 16;
 inline constexpr size_t kWideTileBlockBytes = 32 * kWideTileRows + 2 * kWideTileRows * sizeof(float);
 static_assert(kGemmMaxNa == 8, "wtile_dot has one entry per activation row count up to 8");

@@ -79,11 +79,13 @@ VecDotFn fast_kernel(const MatmulKernels* mk, DType t) {
 // gemm8 beats the dots from 2 rows (Q4_K: even at 2, ahead from 4) and the packed tiles up to
 // 8 rows for the 32-element types and up to 16 for Q4_K; at 16 rows the 32-element types are
 // even with the tiles, and at about 24 all are. For the types with 16-element scales (Q6_K,
-// Q3_K) the per-row dots beat both up to 24 rows and tie the tiles at 32.
+// Q3_K) the per-row dots beat both up to 24 rows and tie the tiles at 32. Q2_K (16-element
+// scales and mins; tiles only, no gemm8 or wgemm): its tiles run 0.07 ms a row at 32 rows like
+// its dots (kite-bench-kernels, 2048 x 2048, one thread), 0.05 at 512 (1.4x).
 enum class MatmulPath { kDots, kGemm8, kWide, kTiles };
 
 constexpr int64_t kTileMinRows = 8;       // rows from which packed tiles beat the per-row dots
-constexpr int64_t kTile16MinRows = 32;    // the same for the 16-element-scale tiles
+constexpr int64_t kTile16MinRows = 32;    // the same for the 16-element-scale tiles (Q2_K's too)
 
 std::atomic<int64_t> g_gemm_max_rows{kGemmDefaultMaxRows};
 std::atomic<int64_t> g_wgemm_min_rows{-1};
@@ -126,12 +128,14 @@ int64_t gemm8_min_rows(const MatmulKernels* mk, DType t) {
   return is_avx2_level(mk) && (t == DType::Q4_K || t == DType::Q5_K) ? 4 : 2;
 }
 
-// 0: no tiles; 1: 32-element tiles (tile_pack); 2: 16-element-scale tiles (tile16_pack).
+// 0: no tiles; 1: 32-element tiles (tile_pack); 2: 16-element-scale tiles (tile16_pack);
+// 3: the same with mins (tile16m_pack: Q2_K).
 int tile_kind(const MatmulKernels* mk, DType t) {
   const auto id = static_cast<size_t>(t);
   if (mk == nullptr || id >= kTypeSlots) return 0;
   if (mk->tile_pack[id] != nullptr && mk->tile_dot[0] != nullptr) return 1;
   if (mk->tile16_pack[id] != nullptr && mk->tile16_dot[0] != nullptr) return 2;
+  if (mk->tile16m_pack[id] != nullptr && mk->tile16m_dot[0] != nullptr) return 3;
   return 0;
 }
 
@@ -147,7 +151,7 @@ MatmulPath matmul_path(const MatmulKernels* mk, DType t, int64_t n) {
   const bool gemm = mk->gemm8[static_cast<size_t>(t)] != nullptr && kind == 1;
   if (gemm && n >= gemm8_min_rows(mk, t) && n <= g_gemm_max_rows.load(std::memory_order_relaxed))
     return MatmulPath::kGemm8;
-  return n >= (kind == 2 ? kTile16MinRows : kTileMinRows) ? MatmulPath::kTiles : MatmulPath::kDots;
+  return n >= (kind >= 2 ? kTile16MinRows : kTileMinRows) ? MatmulPath::kTiles : MatmulPath::kDots;
 }
 
 // The one-row kernel of the level for type t (gemv[], kQ8G activations), or null.
@@ -160,7 +164,7 @@ VecDotFn gemv_kernel(const MatmulKernels* mk, DType t) {
 ActFormat act_format_for(const MatmulKernels* mk, DType t, int64_t n) {
   if (matmul_path(mk, t, n) == MatmulPath::kDots)
     return n == 1 && gemv_kernel(mk, t) != nullptr ? ActFormat::kQ8G : act_format(t);
-  return tile_kind(mk, t) == 2 ? ActFormat::kQ8U : ActFormat::kQ8;
+  return tile_kind(mk, t) >= 2 ? ActFormat::kQ8U : ActFormat::kQ8;
 }
 
 // Phase 2 with weights read in place (gemm8: 8-row tiles, kGemmMaxNa activation rows a call;
@@ -228,14 +232,16 @@ void mul_mat_tiled(Tensor* dst, const KernelCtx& c, const MatmulKernels& mk, con
   const Tensor* w = dst->src[0];
   const int64_t k = w->ne[0], m = w->ne[1], n = dst->ne[1];
   const auto id = static_cast<size_t>(w->type);
-  const bool t16 = tile_kind(&mk, w->type) == 2;
-  const bool wide = !t16 && mk.wtile_pack[id] != nullptr && mk.wtile_dot[kGemmMaxNa - 1] != nullptr;
+  const int kind = tile_kind(&mk, w->type);
+  const bool t16 = kind == 2, t16m = kind == 3;
+  const bool wide = kind == 1 && mk.wtile_pack[id] != nullptr && mk.wtile_dot[kGemmMaxNa - 1] != nullptr;
   const int tile_rows = wide ? kWideTileRows : kTileRows;
-  const auto pack = wide ? mk.wtile_pack[id] : t16 ? mk.tile16_pack[id] : mk.tile_pack[id];
-  const auto* tdot = t16 ? mk.tile16_dot : mk.tile_dot;
-  const auto tdot8 = t16 ? mk.tile16_dot8 : mk.tile_dot8;
+  const auto pack = wide ? mk.wtile_pack[id] : t16 ? mk.tile16_pack[id] : t16m ? mk.tile16m_pack[id] : mk.tile_pack[id];
+  const auto* tdot = t16 ? mk.tile16_dot : t16m ? mk.tile16m_dot : mk.tile_dot;
+  const auto tdot8 = t16 ? mk.tile16_dot8 : t16m ? mk.tile16m_dot8 : mk.tile_dot8;
   const size_t tile_bytes =
-      static_cast<size_t>(k / 32) * (wide ? kWideTileBlockBytes : t16 ? kTile16BlockBytes : kTileBlockBytes);
+      static_cast<size_t>(k / 32) *
+      (wide ? kWideTileBlockBytes : t16 ? kTile16BlockBytes : t16m ? kTile16MinBlockBytes : kTileBlockBytes);
   std::vector<float>& scratch = *c.scratch;
   if (scratch.size() * sizeof(float) < tile_bytes) scratch.resize(tile_bytes / sizeof(float) + 1);
   auto* tile = reinterpret_cast<uint8_t*>(scratch.data());
