@@ -264,7 +264,8 @@ TEST_CASE("ops avxvnni: tiles and gemm8 for every 32-element type, no 512-bit ke
     tiled += tile ? 1 : 0;
     CHECK((mk.wgemm[id] == nullptr));
     CHECK((mk.wtile_pack[id] == nullptr));
-    CHECK(((mk.gemv[id] != nullptr) == (t == DType::Q4_0)));  // the 256-bit one-row Q4_0 kernel
+    // The 256-bit one-row kernels on kQ8G activations (IQ4_NL's needs vpdpbusd).
+    CHECK(((mk.gemv[id] != nullptr) == (t == DType::Q4_0 || t == DType::IQ4_NL)));
   }
   CHECK(tiled == 11);
   for (DType t : {DType::Q8_0, DType::IQ4_NL, DType::IQ4_XS})
