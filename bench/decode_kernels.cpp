@@ -72,7 +72,8 @@ void bench_batches(const cpu::MatmulKernels& mk, const char* level, const quant:
                    const std::vector<float>& x, const std::vector<uint8_t>& w, size_t row_bytes, int64_t cold_rows,
                    const std::vector<int>& nas) {
   const auto id = static_cast<size_t>(tr.type);
-  const bool t16 = mk.tile16_pack[id] != nullptr;
+  const bool t16m = mk.tile16m_pack[id] != nullptr;  // with mins (Q2_K)
+  const bool t16 = t16m || mk.tile16_pack[id] != nullptr;
   const cpu::ActFormat rf = cpu::act_format(static_cast<DType>(tr.type));
   const cpu::ActFormat tf = t16 ? cpu::ActFormat::kQ8U : cpu::ActFormat::kQ8;
   const int max_na = *std::max_element(nas.begin(), nas.end());
@@ -82,13 +83,12 @@ void bench_batches(const cpu::MatmulKernels& mk, const char* level, const quant:
     const float* xr = x.data() + static_cast<size_t>(j % 4) * static_cast<size_t>(k);
     (rf == cpu::ActFormat::kQ8K ? mk.quantize_q8k : mk.quantize_q8)(xr, ar.data() + rab * j, k);
     mk.quantize_q8(xr, at.data() + tab * j, k);
-    if (t16)
-      for (size_t b = 0; b < tab; b += sizeof(cpu::ActQ8))
-        for (int i = 0; i < 32; ++i) at[tab * j + b + 8 + i] ^= 0x80;
+    if (t16) cpu::act_q8_to_q8u(at.data() + tab * j, k);
   }
-  const auto pack = t16 ? mk.tile16_pack[id] : mk.tile_pack[id];
-  const auto* tdot = t16 ? mk.tile16_dot : mk.tile_dot;
-  std::vector<uint8_t> tile(static_cast<size_t>(k / 32) * (t16 ? cpu::kTile16BlockBytes : cpu::kTileBlockBytes));
+  const auto pack = t16m ? mk.tile16m_pack[id] : t16 ? mk.tile16_pack[id] : mk.tile_pack[id];
+  const auto* tdot = t16m ? mk.tile16m_dot : t16 ? mk.tile16_dot : mk.tile_dot;
+  const size_t tile_block = t16m ? cpu::kTile16MinBlockBytes : t16 ? cpu::kTile16BlockBytes : cpu::kTileBlockBytes;
+  std::vector<uint8_t> tile(static_cast<size_t>(k / 32) * tile_block);
   const int64_t hot_rows = std::max<int64_t>(64, static_cast<int64_t>((256u << 10) / row_bytes)) / 8 * 8;
   float out[cpu::kGemmMaxNa * cpu::kTileRows];
   float sink = 0.f;
@@ -130,7 +130,7 @@ void bench_batches(const cpu::MatmulKernels& mk, const char* level, const quant:
         }
       }
     };
-    const auto tdot8 = t16 ? mk.tile16_dot8 : mk.tile_dot8;
+    const auto tdot8 = t16m ? mk.tile16m_dot8 : t16 ? mk.tile16_dot8 : mk.tile_dot8;
     auto tile_rows = [&](int64_t rows, int mode) {
       for (int64_t i = 0; i < rows; i += cpu::kTileRows) {
         const uint8_t* rp[cpu::kTileRows];

@@ -63,16 +63,14 @@ inline std::vector<float> decode(DType t, const std::vector<uint8_t>& b, int64_t
 }
 
 // na activation rows of k floats (row j at xf[j * k]) quantized as the tiles, gemm8 and wgemm
-// take them: ActQ8, or for the 16-element-scale types (t16) ActQ8U, codes + 128.
+// take them: ActQ8, or for the 16-element-scale types (t16) kQ8U (codes + 128, half sums).
 inline std::vector<uint8_t> tile_acts(const cpu::MatmulKernels& mk, const std::vector<float>& xf, int64_t k, int na,
                                       bool t16) {
   const size_t ab = cpu::act_row_bytes(cpu::ActFormat::kQ8, k);
   std::vector<uint8_t> at(ab * static_cast<size_t>(na));
   for (int j = 0; j < na; ++j) {
     mk.quantize_q8(&xf[static_cast<size_t>(j * k)], at.data() + ab * static_cast<size_t>(j), k);
-    if (t16)
-      for (size_t b = 0; b < ab; b += sizeof(cpu::ActQ8))
-        for (int i = 0; i < 32; ++i) at[ab * static_cast<size_t>(j) + b + 8 + i] ^= 0x80;
+    if (t16) cpu::act_q8_to_q8u(at.data() + ab * static_cast<size_t>(j), k);
   }
   return at;
 }

@@ -120,8 +120,12 @@ TEST_CASE("ops: gemm8 small-batch kernels match the packed tiles on the same act
       const auto id = static_cast<size_t>(t);
       if (mk.gemm8[id] == nullptr) continue;
       ++types;
-      const bool t16 = mk.tile16_pack[id] != nullptr;
+      const bool t16m = mk.tile16m_pack[id] != nullptr;  // with mins (Q2_K)
+      const bool t16 = t16m || mk.tile16_pack[id] != nullptr;
       REQUIRE((t16 || mk.tile_pack[id] != nullptr));
+      const auto pack = t16m ? mk.tile16m_pack[id] : t16 ? mk.tile16_pack[id] : mk.tile_pack[id];
+      const auto* tdot = t16m ? mk.tile16m_dot : t16 ? mk.tile16_dot : mk.tile_dot;
+      const size_t tile_block = t16m ? cpu::kTile16MinBlockBytes : t16 ? cpu::kTile16BlockBytes : cpu::kTileBlockBytes;
       // ActQ8 activations (codes + 128 for the 16-element-scale types), as both paths take them.
       const size_t ab = cpu::act_row_bytes(cpu::ActFormat::kQ8, k);
       const std::vector<uint8_t> at = tile_acts(mk, xf, k, max_na, t16);
@@ -139,7 +143,7 @@ TEST_CASE("ops: gemm8 small-batch kernels match the packed tiles on the same act
           std::vector<double> ref;
           for (int j = 0; j < na; ++j) {
             float one[cpu::kTileRows];
-            (t16 ? mk.tile16_dot : mk.tile_dot)[0](k, tile.data(), at.data() + ab * j, ab, one);
+            tdot[0](k, tile.data(), at.data() + ab * j, ab, one);
             for (int r = 0; r < nrows; ++r) ref.push_back(one[r]), g.push_back(got[j * cpu::kTileRows + r]);
           }
           INFO(cpu::simd_level_name(l), " ", quant::find_traits(t)->name, " rows ", nrows, " na ", na);
@@ -493,8 +497,12 @@ TEST_CASE("ops: wgemm batched-decode kernels match the packed tiles on the same 
       const auto id = static_cast<size_t>(t);
       if (mk.wgemm[id] == nullptr) continue;
       ++types;
-      const bool t16 = mk.tile16_pack[id] != nullptr;
+      const bool t16m = mk.tile16m_pack[id] != nullptr;  // with mins (Q2_K)
+      const bool t16 = t16m || mk.tile16_pack[id] != nullptr;
       REQUIRE((t16 || mk.tile_pack[id] != nullptr));
+      const auto pack = t16m ? mk.tile16m_pack[id] : t16 ? mk.tile16_pack[id] : mk.tile_pack[id];
+      const auto* tdot = t16m ? mk.tile16m_dot : t16 ? mk.tile16_dot : mk.tile_dot;
+      const size_t tile_block = t16m ? cpu::kTile16MinBlockBytes : t16 ? cpu::kTile16BlockBytes : cpu::kTileBlockBytes;
       // Two 256-element super-blocks (K types) or 9 blocks of 32.
       const int64_t k = quant::find_traits(t)->block_size == 256 ? 512 : 288;
       const std::vector<float> xf = randn(static_cast<size_t>(k * max_na), 901);
@@ -508,12 +516,12 @@ TEST_CASE("ops: wgemm batched-decode kernels match the packed tiles on the same 
         // The reference: 8-row tiles, one activation row at a time.
         std::vector<double> ref_all(static_cast<size_t>(max_na * cpu::kWideTileRows), 0.0);
         for (int h = 0; h * cpu::kTileRows < nrows; ++h) {
-          std::vector<uint8_t> tile(static_cast<size_t>(k / 32) * (t16 ? cpu::kTile16BlockBytes : cpu::kTileBlockBytes));
+          std::vector<uint8_t> tile(static_cast<size_t>(k / 32) * tile_block);
           const int n8 = std::min(cpu::kTileRows, nrows - h * cpu::kTileRows);
-          (t16 ? mk.tile16_pack[id] : mk.tile_pack[id])(rows + h * cpu::kTileRows, n8, k, tile.data());
+          pack(rows + h * cpu::kTileRows, n8, k, tile.data());
           for (int j = 0; j < max_na; ++j) {
             float one[cpu::kTileRows];
-            (t16 ? mk.tile16_dot : mk.tile_dot)[0](k, tile.data(), at.data() + ab * static_cast<size_t>(j), ab, one);
+            tdot[0](k, tile.data(), at.data() + ab * static_cast<size_t>(j), ab, one);
             for (int r = 0; r < n8; ++r) ref_all[static_cast<size_t>(j * cpu::kWideTileRows + h * cpu::kTileRows + r)] = one[r];
           }
         }
@@ -533,7 +541,7 @@ TEST_CASE("ops: wgemm batched-decode kernels match the packed tiles on the same 
       }
     }
   }
-  if (cpu::best_simd_level() == SimdLevel::kAvx512) CHECK(types == 11);
+  if (cpu::best_simd_level() == SimdLevel::kAvx512) CHECK(types == 12);
 }
 
 TEST_CASE("ops: mul_mat batched decode 2..70 rows, wgemm on and off") {

@@ -11,6 +11,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 #include "backends/cpu/cpu_features.h"
 #include "formats/quant/blocks.h"
@@ -20,12 +21,14 @@ namespace kite::cpu {
 
 struct ActQ8 {
   float d;  // scale: x ≈ d * qs[j]
-  float s;  // d * sum(qs)
+  float s;  // d * sum(qs); kQ8U: the half sums below
   int8_t qs[32];
 };
 static_assert(sizeof(ActQ8) == 40);
 
-// kQ8U: ActQ8 with codes + 128 (u8). kQ8G: ActQ8's content regrouped for the one-row kernels
+// kQ8U: ActQ8 with codes stored as y + 128 (u8) and, in place of s, the sums of those u8 codes
+// over each 16-element half as two u16 (low half in the low bits; act_q8u_half_sums), which the
+// kernels for weights with mins per 16 elements (Q2_K) need once per block. kQ8G: ActQ8's content regrouped for the one-row kernels
 // (MatmulKernels::gemv), same size: per chunk of 16 blocks (the last chunk may hold r < 16), the
 // codes of each 4 blocks as their four low halves (codes 0-15) side by side, then their four high
 // halves (64 + 64 bytes); the codes of a last group of fewer than 4 blocks in ActQ8 order (32
@@ -36,6 +39,14 @@ enum class ActFormat { kF32, kQ8, kQ8U, kQ8K, kQ8G };
 ActFormat act_format(DType weight_type);
 // Bytes of one activation row of k elements in `f`.
 size_t act_row_bytes(ActFormat f, int64_t k);
+// Turns a kQ8 row of k elements into kQ8U in place.
+void act_q8_to_q8u(uint8_t* row, int64_t k);
+// A kQ8U block's half sums: sum of the low half's u8 codes | the high half's << 16.
+inline uint32_t act_q8u_half_sums(const ActQ8* a) {
+  uint32_t v;
+  std::memcpy(&v, &a->s, sizeof v);
+  return v;
+}
 
 // out[j] = dot(weight row w of k elements, activation row j) for j < na (1..kMaxNa); activation
 // row j starts at act + j * act_stride bytes.

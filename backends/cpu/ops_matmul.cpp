@@ -97,12 +97,15 @@ std::atomic<int64_t> g_wgemm_max_rows{-1};
 // gemm8 below 8 rows; the types decoded row by row (WideDec) pay for the decode below about 8;
 // Q6_K's per-row dots win up to 4-5 rows, Q3_K's up to about 8. Up to 64 rows wgemm also beats
 // the wide tiles; at 128 they are even (prefill keeps the tiles); Q6_K/Q3_K have no wide tiles,
-// and wgemm runs 2.2x their 8-row tiles even at 128 rows, so it takes their prefill too.
+// and wgemm runs 2.2x their 8-row tiles even at 128 rows, so it takes their prefill too. Q2_K's
+// (decoded in place, its mins by one vpmaddwd a row) beats its dots from 2 rows (1.2x; 2.6x at
+// 16) and its tiles 2.7x at 64 rows, so it takes its prefill as well.
 int64_t wgemm_type_min_rows(DType t) {
   switch (t) {
     case DType::Q4_0:
     case DType::Q4_K:
-    case DType::Q5_K: return 2;
+    case DType::Q5_K:
+    case DType::Q2_K: return 2;
     case DType::Q6_K: return 6;
     default: return 9;
   }
@@ -145,7 +148,7 @@ MatmulPath matmul_path(const MatmulKernels* mk, DType t, int64_t n) {
   if (mk->wgemm[static_cast<size_t>(t)] != nullptr) {
     const int64_t lo = g_wgemm_min_rows.load(std::memory_order_relaxed);
     const int64_t hi = g_wgemm_max_rows.load(std::memory_order_relaxed);
-    if (n >= (lo < 0 ? wgemm_type_min_rows(t) : lo) && n <= (hi >= 0 ? hi : kind == 2 ? n : kWgemmDefaultMaxRows))
+    if (n >= (lo < 0 ? wgemm_type_min_rows(t) : lo) && n <= (hi >= 0 ? hi : kind >= 2 ? n : kWgemmDefaultMaxRows))
       return MatmulPath::kWide;
   }
   const bool gemm = mk->gemm8[static_cast<size_t>(t)] != nullptr && kind == 1;
@@ -330,6 +333,20 @@ ActFormat act_format(DType t) {
   }
 }
 
+void act_q8_to_q8u(uint8_t* row, int64_t k) {
+  for (int64_t b = 0; b < k / 32; ++b) {
+    auto* blk = reinterpret_cast<ActQ8*>(row) + b;
+    uint32_t half[2] = {0, 0};
+    for (int i = 0; i < 32; ++i) {
+      const uint8_t u = static_cast<uint8_t>(blk->qs[i]) ^ 0x80u;
+      blk->qs[i] = static_cast<int8_t>(u);
+      half[i / 16] += u;
+    }
+    const uint32_t packed = half[0] | half[1] << 16;
+    std::memcpy(&blk->s, &packed, sizeof packed);
+  }
+}
+
 size_t act_row_bytes(ActFormat f, int64_t k) {
   switch (f) {
     case ActFormat::kF32: return static_cast<size_t>(k) * sizeof(float);
@@ -428,14 +445,10 @@ void op_mul_mat(Tensor* dst, const KernelCtx& c) {
     switch (f) {
       case ActFormat::kF32: std::memcpy(out, x_row(x, j), stride); break;
       case ActFormat::kQ8: mk->quantize_q8(x_row(x, j), out, k); break;
-      case ActFormat::kQ8U: {
+      case ActFormat::kQ8U:
         mk->quantize_q8(x_row(x, j), out, k);
-        for (int64_t b = 0; b < k / 32; ++b) {
-          auto* blk = reinterpret_cast<ActQ8*>(out) + b;
-          for (int8_t& v : blk->qs) v = static_cast<int8_t>(static_cast<uint8_t>(v) ^ 0x80u);
-        }
+        act_q8_to_q8u(out, k);
         break;
-      }
       case ActFormat::kQ8K: mk->quantize_q8k(x_row(x, j), out, k); break;
       case ActFormat::kQ8G: mk->quantize_q8g(x_row(x, j), out, k); break;
     }
