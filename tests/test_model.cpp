@@ -8,6 +8,7 @@
 
 #include "src/model/model.h"
 #include "src/runtime/context.h"
+#include "tests/bf16_mode.h"
 #include "tests/gpu_checks.h"
 #include "tests/testdata.h"
 
@@ -20,7 +21,8 @@ int argmax(std::span<const float> v) {
   return static_cast<int>(std::max_element(v.begin(), v.end()) - v.begin());
 }
 
-void check_against_reference(const std::string& path, const nlohmann::json& ref) {
+// bound: the last position's largest logit difference allowed.
+void check_against_reference(const std::string& path, const nlohmann::json& ref, float bound) {
   INFO("model: ", path);
   auto model = Model::load(path);
   REQUIRE_MESSAGE(model.ok(), (model.ok() ? std::string() : model.error().message));
@@ -36,12 +38,12 @@ void check_against_reference(const std::string& path, const nlohmann::json& ref)
     c.kv().clear(0);
     auto st = c.eval(ids, 0, /*all_logits=*/true);
     REQUIRE_MESSAGE(st.ok(), (st.ok() ? std::string() : st.error().message));
-    // Last-position logits within 0.02 of transformers' fp32.
+    // Last-position logits within the bound of transformers' fp32.
     const auto last = p["last_logits"].get<std::vector<float>>();
     auto got = c.logits(ids.size() - 1);
     float max_diff = 0.f;
     for (size_t i = 0; i < last.size(); ++i) max_diff = std::max(max_diff, std::fabs(got[i] - last[i]));
-    CHECK_MESSAGE(max_diff < 0.02f, "prompt '", p["text"].get<std::string>().substr(0, 30), "' max |diff| ", max_diff);
+    CHECK_MESSAGE(max_diff < bound, "prompt '", p["text"].get<std::string>().substr(0, 30), "' max |diff| ", max_diff);
     // Top-1 at every position, except near-ties.
     for (size_t i = 0; i < ids.size(); ++i) {
       const auto top = p["top5_ids"][i];
@@ -72,11 +74,25 @@ void check_against_reference(const std::string& path, const nlohmann::json& ref)
 }  // namespace
 
 TEST_CASE("model: logits, top-1 and greedy match transformers (safetensors and f16 GGUF)") {
+  // Exact f32 products (BF16 weights with f32 activations): within 0.02 of transformers' fp32.
+  {
+    const Bf16Activations exact(false);
+    for (const ModelCase& k : kModelCases) {
+      const std::string dir = testdata(std::string("models/") + k.model);
+      const auto ref = nlohmann::json::parse(read_file(dir + "/reference.json"));
+      check_against_reference(dir, ref, 0.02f);
+      if (k.gguf != nullptr) check_against_reference(testdata(k.gguf), ref, 0.02f);
+    }
+  }
+  // The default on CPUs with AVX512-BF16: the bf16 folders' activations rounded to bf16 before
+  // each matmul (relative error 2^-9 an element, as the models' bf16 training saw). Measured:
+  // worst max |diff| per prompt 0.011-0.034 (exact: 0.0004-0.011); the bound leaves ~2x.
+  const Bf16Activations rounded(true);
+  if (!bf16_activations_rounded()) return;
   for (const ModelCase& k : kModelCases) {
+    if (!k.bf16) continue;
     const std::string dir = testdata(std::string("models/") + k.model);
-    const auto ref = nlohmann::json::parse(read_file(dir + "/reference.json"));
-    check_against_reference(dir, ref);
-    if (k.gguf != nullptr) check_against_reference(testdata(k.gguf), ref);
+    check_against_reference(dir, nlohmann::json::parse(read_file(dir + "/reference.json")), 0.06f);
   }
 }
 

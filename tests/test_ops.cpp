@@ -134,8 +134,8 @@ TEST_CASE("ops: gemm8 small-batch kernels match the packed tiles on the same act
         const size_t rb = wb.size() / static_cast<size_t>(nrows);
         const uint8_t* rows[cpu::kTileRows];
         for (int r = 0; r < nrows; ++r) rows[r] = wb.data() + rb * r;
-        std::vector<uint8_t> tile(static_cast<size_t>(k / 32) * (t16 ? cpu::kTile16BlockBytes : cpu::kTileBlockBytes));
-        (t16 ? mk.tile16_pack[id] : mk.tile_pack[id])(rows, nrows, k, tile.data());
+        std::vector<uint8_t> tile(static_cast<size_t>(k / 32) * tile_block);
+        pack(rows, nrows, k, tile.data());
         for (int na = 1; na <= max_na; ++na) {
           float got[cpu::kGemmMaxNa * cpu::kTileRows];
           mk.gemm8[id](rows, nrows, k, at.data(), ab, na, got);
@@ -195,6 +195,88 @@ TEST_CASE("ops: mul_mat float weights, odd sizes") {
     for (int64_t n : {1, 3, 4, 9}) check_mul_mat(t, 67, 13, n, 1, false, seed++);
     check_mul_mat(t, 512, 33, 5, 1, false, seed++);
   }
+}
+
+TEST_CASE("ops: float-weight GEMM gives every dot the same bits at any row count and tile position") {
+  // fgemm (f32 activations) and bgemm (BF16 weights on bf16 activations, AVX512-BF16): a token's
+  // logits must not depend on how many rows a step holds (decode, batches, prefill). k values
+  // end mid-cache-line and mid-vector (the decode tiles' line steps, the vector steps, the
+  // scalar tail); 37 weight rows end every tile shape partially (8, 6, 4 and 3 rows).
+  const int64_t m = 37;
+  int kernels = 0;
+  for (SimdLevel l : cpu::supported_simd_levels()) {
+    const cpu::MatmulKernels* mk = cpu::matmul_kernels_for(l);
+    if (mk == nullptr) continue;
+    struct Case {
+      DType t;
+      cpu::MatmulKernels::FloatGemmFn fn;
+      bool bf16_act;
+    };
+    std::vector<Case> cases;
+    for (DType t : kFloatTypes)
+      if (mk->fgemm[static_cast<size_t>(t)] != nullptr) cases.push_back({t, mk->fgemm[static_cast<size_t>(t)], false});
+    if (mk->bgemm != nullptr) {
+      REQUIRE(static_cast<bool>(mk->quantize_bf16));
+      cases.push_back({DType::BF16, mk->bgemm, true});
+    }
+    for (const Case& cs : cases) {
+      ++kernels;
+      for (int64_t k : {7, 67, 100, 289}) {
+        INFO(cpu::simd_level_name(l), " ", quant::find_traits(cs.t)->name, cs.bf16_act ? " bgemm" : " fgemm", " k=", k);
+        const int na = 13;
+        const std::vector<uint8_t> wb = encode(cs.t, randn(static_cast<size_t>(k * m), 1300 + k), m, k);
+        const size_t rb = wb.size() / static_cast<size_t>(m);
+        const std::vector<float> wf = decode(cs.t, wb, k * m);
+        std::vector<float> xf = randn(static_cast<size_t>(k * na), 1400 + k);
+        std::vector<uint8_t> act;
+        size_t as;
+        if (cs.bf16_act) {
+          as = cpu::act_row_bytes(cpu::ActFormat::kBF16, k);
+          act.resize(as * na);
+          for (int j = 0; j < na; ++j) mk->quantize_bf16(xf.data() + j * k, act.data() + as * static_cast<size_t>(j), k);
+          // The reference multiplies what the kernel multiplies: the rounded activations.
+          xf = decode(DType::BF16, act, k * na);
+        } else {
+          as = static_cast<size_t>(k) * sizeof(float);
+          act.resize(as * na);
+          std::memcpy(act.data(), xf.data(), act.size());
+        }
+        std::vector<float> all(static_cast<size_t>(na * m), -1.f);
+        cs.fn(wb.data(), rb, static_cast<int>(m), k, act.data(), as, na, all.data(), m);
+        std::vector<double> ref(all.size());
+        for (int j = 0; j < na; ++j)
+          for (int64_t r = 0; r < m; ++r) {
+            double d = 0;
+            for (int64_t i = 0; i < k; ++i) d += static_cast<double>(wf[r * k + i]) * xf[j * k + i];
+            ref[static_cast<size_t>(j * m + r)] = d;
+          }
+        CHECK(nmse(all, ref) < 1e-10);
+        // Each activation row alone, pairs, and each weight row alone at offsets that move it
+        // to every position of a tile: the same bits as in the whole product.
+        for (int na2 : {1, 2, 5}) {
+          for (int j0 = 0; j0 + na2 <= na; j0 += na2) {
+            std::vector<float> part(static_cast<size_t>(na2 * m), -1.f);
+            cs.fn(wb.data(), rb, static_cast<int>(m), k, act.data() + as * static_cast<size_t>(j0), as, na2, part.data(),
+                  m);
+            CHECK(std::memcmp(part.data(), all.data() + static_cast<size_t>(j0 * m), part.size() * sizeof(float)) == 0);
+          }
+        }
+        for (int64_t r0 : {1, 5, 30}) {
+          const int nr = static_cast<int>(m - r0);
+          std::vector<float> part(static_cast<size_t>(na * nr), -1.f);
+          cs.fn(wb.data() + rb * static_cast<size_t>(r0), rb, nr, k, act.data(), as, na, part.data(), nr);
+          for (int j = 0; j < na; ++j)
+            CHECK(std::memcmp(part.data() + static_cast<size_t>(j * nr), all.data() + static_cast<size_t>(j * m + r0),
+                              static_cast<size_t>(nr) * sizeof(float)) == 0);
+        }
+      }
+    }
+  }
+#if defined(__x86_64__)
+  CHECK(kernels >= 3);  // (every x86 level has fgemm for F32, F16 and BF16)
+  if (cpu::cpu_features().avx512bf16 && cpu::best_simd_level() == SimdLevel::kAvx512)
+    CHECK(static_cast<bool>(cpu::matmul_kernels_for(SimdLevel::kAvx512)->bgemm));
+#endif
 }
 
 TEST_CASE("ops: mul_mat tall weights and long rows (more than one workgroup's rows)") {

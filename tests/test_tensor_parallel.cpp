@@ -12,6 +12,7 @@
 
 #include "src/core/comm.h"
 #include "src/runtime/context.h"
+#include "tests/bf16_mode.h"
 #include "tests/gpu_checks.h"
 #include "tests/test_models.h"
 
@@ -105,10 +106,15 @@ TEST_CASE("tensor parallel: two CPU ranks give one rank's logits and greedy text
     // equal. With int8 activations (the K-quant file) a last-bit difference can move a value
     // across a rounding step of the next layer's quantized activations, so its bound is wider;
     // a wrong slice or a missing sum is off by ~1.
+    // The same holds for activations rounded to bf16 (qwen3-tiny's BF16 weights on a CPU with
+    // AVX512-BF16, tests/bf16_mode.h), at a finer step: measured 1.0e-6 / 1.3e-6 there, 1e-10
+    // with f32 activations.
     const bool quantized = name.find("Q4_K_M") != std::string::npos;
+    const bool rounded = name == "models/qwen3-tiny" && kite::test::bf16_activations_rounded();
+    const double float_bound = rounded ? 1e-5 : 1e-6;
     double worst = 0;
     for (size_t i = 0; i < prompt.size(); ++i) worst = std::max(worst, nmse((*two)->logits(i), (*one)->logits(i)));
-    CHECK(worst < (quantized ? 1e-4 : 1e-6));
+    CHECK(worst < (quantized ? 1e-4 : float_bound));
     CHECK(worst > 0);  // (two ranks really ran: bit-equal logits would mean one did all the work)
     // Greedy decoding, both fed one rank's tokens: close logits at every step, and the same token
     // wherever one rank's best two are not a near-tie (the ranks' summation order moves the
@@ -123,7 +129,7 @@ TEST_CASE("tensor parallel: two CPU ranks give one rank's logits and greedy text
       const auto l1 = (*one)->logits(0), l2 = (*two)->logits(0);
       // (The quantized file's bound is wider than the prompt's: each step also reads the KV
       // entries the ranks wrote apart, and the differences grow to ~1e-4 over 24 steps.)
-      CHECK(nmse(l2, l1) < (quantized ? 1e-3 : 1e-6));
+      CHECK(nmse(l2, l1) < (quantized ? 1e-3 : float_bound));
       t = argmax_of(l1);
       float second = -INFINITY;
       for (size_t i = 0; i < l1.size(); ++i)

@@ -52,12 +52,13 @@ inline std::filesystem::path scratch_dir(const std::string& name) {
 struct ModelCase {
   const char* model;  // models/<model>
   const char* gguf;   // relative to the test data; nullptr: none
+  bool bf16;          // the folder's weights are bf16 (else f16)
 };
 inline constexpr ModelCase kModelCases[] = {
-    {"llama-target", nullptr},  // no f16 GGUF of the target in the test data
-    {"llama-draft", "gguf/llama-draft-f16.gguf"},
-    {"qwen2-tiny", "gguf/qwen2-tiny-f16.gguf"},
-    {"qwen3-tiny", "gguf/qwen3-tiny-f16.gguf"},
+    {"llama-target", nullptr, true},  // no f16 GGUF of the target in the test data
+    {"llama-draft", "gguf/llama-draft-f16.gguf", true},
+    {"qwen2-tiny", "gguf/qwen2-tiny-f16.gguf", false},
+    {"qwen3-tiny", "gguf/qwen3-tiny-f16.gguf", true},
 };
 
 }  // namespace kite::test

@@ -11,7 +11,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <cstring>
 
 #include "backends/cpu/cpu_features.h"
 #include "formats/quant/blocks.h"
@@ -27,13 +26,14 @@ struct ActQ8 {
 static_assert(sizeof(ActQ8) == 40);
 
 // kQ8U: ActQ8 with codes stored as y + 128 (u8) and, in place of s, the sums of those u8 codes
-// over each 16-element half as two u16 (low half in the low bits; act_q8u_half_sums), which the
-// kernels for weights with mins per 16 elements (Q2_K) need once per block. kQ8G: ActQ8's content regrouped for the one-row kernels
-// (MatmulKernels::gemv), same size: per chunk of 16 blocks (the last chunk may hold r < 16), the
-// codes of each 4 blocks as their four low halves (codes 0-15) side by side, then their four high
-// halves (64 + 64 bytes); the codes of a last group of fewer than 4 blocks in ActQ8 order (32
-// bytes a block); then the chunk's r scales d and r sums s as floats.
-enum class ActFormat { kF32, kQ8, kQ8U, kQ8K, kQ8G };
+// over each 16-element half as two u16 (low half in the low bits), which the kernels for weights
+// with mins per 16 elements (Q2_K) need once per block. kQ8G: ActQ8's content regrouped for the
+// one-row kernels (MatmulKernels::gemv), same size: per chunk of 16 blocks (the last chunk may
+// hold r < 16), the codes of each 4 blocks as their four low halves (codes 0-15) side by side,
+// then their four high halves (64 + 64 bytes); the codes of a last group of fewer than 4 blocks in
+// ActQ8 order (32 bytes a block); then the chunk's r scales d and r sums s as floats. kBF16: k
+// bf16 values, rounded to nearest even (MatmulKernels::quantize_bf16, for bgemm).
+enum class ActFormat { kF32, kQ8, kQ8U, kQ8K, kQ8G, kBF16 };
 
 // The activation format a weight type's fast kernel consumes.
 ActFormat act_format(DType weight_type);
@@ -41,12 +41,9 @@ ActFormat act_format(DType weight_type);
 size_t act_row_bytes(ActFormat f, int64_t k);
 // Turns a kQ8 row of k elements into kQ8U in place.
 void act_q8_to_q8u(uint8_t* row, int64_t k);
-// A kQ8U block's half sums: sum of the low half's u8 codes | the high half's << 16.
-inline uint32_t act_q8u_half_sums(const ActQ8* a) {
-  uint32_t v;
-  std::memcpy(&v, &a->s, sizeof v);
-  return v;
-}
+struct MatmulKernels;
+// The format mul_mat hands a level's kernels (mk) n activation rows in, for weights of type t.
+ActFormat mul_mat_act_format(const MatmulKernels* mk, DType t, int64_t n);
 
 // out[j] = dot(weight row w of k elements, activation row j) for j < na (1..kMaxNa); activation
 // row j starts at act + j * act_stride bytes.
@@ -61,6 +58,7 @@ struct MatmulKernels {
   QuantizeActFn quantize_q8 = nullptr;
   QuantizeActFn quantize_q8k = nullptr;
   QuantizeActFn quantize_q8g = nullptr;  // into ActFormat::kQ8G
+  QuantizeActFn quantize_bf16 = nullptr;  // into ActFormat::kBF16, for bgemm
   // dot[type id][na - 1]; null where the level has no kernel for the type. (Plain arrays: the
   // kernel files must not instantiate header inline functions, which the linker could then
   // share with code for other levels.)
@@ -110,6 +108,15 @@ struct MatmulKernels {
   // na * 16 floats, overwritten). Activations as gemm8 takes them.
   void (*wgemm[kTypeSlots])(const uint8_t* const* rows, int nrows, int64_t k, const uint8_t* act, size_t act_stride,
                             int na, float* out) = {};
+  // Float weights (F32/F16/BF16, x86 levels): nrows weight rows (row r at w + r * w_stride)
+  // against na f32 activation rows (stride act_stride bytes), in register tiles that give every
+  // dot the same bits at any na (matmul_x86_fgemm.inc). out[j * out_stride + r] (floats). bgemm:
+  // the same for BF16 weights against bf16 activations (ActFormat::kBF16, quantize_bf16), where
+  // the CPU multiplies bf16 pairs (AVX512-BF16; null elsewhere).
+  using FloatGemmFn = void (*)(const uint8_t* w, size_t w_stride, int nrows, int64_t k, const uint8_t* act,
+                               size_t act_stride, int na, float* out, size_t out_stride);
+  FloatGemmFn fgemm[kTypeSlots] = {};
+  FloatGemmFn bgemm = nullptr;
 
   // Row helpers for the other hot ops (attention, rms_norm, swiglu).
   float (*dot_f16_f32)(const uint16_t* a, const float* b, int64_t n) = nullptr;
@@ -166,6 +173,12 @@ void set_wgemm_rows(int64_t min_rows, int64_t max_rows);
 int64_t wgemm_min_rows();  // -1: per type
 int64_t wgemm_max_rows();  // -1: per type
 
+// Whether mul_mat rounds the activations of BF16 weights to bf16 where the level has bgemm
+// (default: yes, unless the environment sets KITE_CPU_BF16_ACT=f32); off, they stay f32 (fgemm:
+// exact products, half bgemm's prefill speed). For tests, as above.
+void set_bf16_activations(bool on);
+bool bf16_activations();
+
 // The active level's table, or nullptr at kScalar (ops then use their scalar loops).
 const MatmulKernels* active_kernels();
 // A level's table (nullptr for kScalar and for levels not compiled into this build).
@@ -175,6 +188,9 @@ const MatmulKernels* matmul_kernels_for(SimdLevel level);
 const MatmulKernels& matmul_kernels_avx2();
 const MatmulKernels& matmul_kernels_avxvnni();
 const MatmulKernels& matmul_kernels_avx512();
+// Adds the AVX512-BF16 kernels (bgemm, quantize_bf16) to a table: the AVX-512 level does where
+// the CPU has the extension (matmul_avx512bf16.cpp, compiled with it).
+void add_avx512bf16_kernels(MatmulKernels* m);
 // Kernel tables of the aarch64 levels (matmul_neon*.cpp, compiled only on aarch64).
 const MatmulKernels& matmul_kernels_neon();
 const MatmulKernels& matmul_kernels_neon_dot();

@@ -10,6 +10,7 @@
 // type and row count.
 #include <atomic>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 
 #include "backends/cpu/cpu_features.h"
@@ -73,7 +74,9 @@ VecDotFn fast_kernel(const MatmulKernels* mk, DType t) {
 //   - wgemm: 16 weight rows read in place, each block decoded once for up to 64 rows (batched
 //     decode; wgemm_type_min_rows below);
 //   - gemm8: 8 weight rows read in place against up to 8 rows at a time (small batches);
-//   - tiles: 8 weight rows packed once, then every activation row streamed past (prefill).
+//   - tiles: 8 weight rows packed once, then every activation row streamed past (prefill);
+//   - fgemm (bgemm): float weights at the x86 levels, any number of rows, register tiles whose
+//     every dot has the same bits at any row count (matmul_x86_fgemm.inc).
 // The row ranges are measured with kite-decode-kernels (one thread, weights from DRAM and from
 // cache; and the whole op on 2 threads with kite-bench-kernels --gemm-max; bench/RESULTS.md):
 // gemm8 beats the dots from 2 rows (Q4_K: even at 2, ahead from 4) and the packed tiles up to
@@ -82,7 +85,7 @@ VecDotFn fast_kernel(const MatmulKernels* mk, DType t) {
 // Q3_K) the per-row dots beat both up to 24 rows and tie the tiles at 32. Q2_K (16-element
 // scales and mins; tiles only, no gemm8 or wgemm): its tiles run 0.07 ms a row at 32 rows like
 // its dots (kite-bench-kernels, 2048 x 2048, one thread), 0.05 at 512 (1.4x).
-enum class MatmulPath { kDots, kGemm8, kWide, kTiles };
+enum class MatmulPath { kDots, kGemm8, kWide, kTiles, kFloat };
 
 constexpr int64_t kTileMinRows = 8;       // rows from which packed tiles beat the per-row dots
 constexpr int64_t kTile16MinRows = 32;    // the same for the 16-element-scale tiles (Q2_K's too)
@@ -90,6 +93,12 @@ constexpr int64_t kTile16MinRows = 32;    // the same for the 16-element-scale t
 std::atomic<int64_t> g_gemm_max_rows{kGemmDefaultMaxRows};
 std::atomic<int64_t> g_wgemm_min_rows{-1};
 std::atomic<int64_t> g_wgemm_max_rows{-1};
+
+bool bf16_activations_from_env() {
+  const char* v = std::getenv("KITE_CPU_BF16_ACT");
+  return v == nullptr || std::strcmp(v, "f32") != 0;
+}
+std::atomic<bool> g_bf16_act{bf16_activations_from_env()};
 
 // wgemm (16 weight rows read in place, decoded once for all activation rows, 512-bit vpdpbusd)
 // against the rest, single thread, kite-decode-kernels (bench/RESULTS.md): 1.5-2.5x gemm8 and
@@ -143,6 +152,8 @@ int tile_kind(const MatmulKernels* mk, DType t) {
 }
 
 MatmulPath matmul_path(const MatmulKernels* mk, DType t, int64_t n) {
+  if (mk != nullptr && static_cast<size_t>(t) < kTypeSlots && mk->fgemm[static_cast<size_t>(t)] != nullptr)
+    return MatmulPath::kFloat;
   const int kind = tile_kind(mk, t);
   if (kind == 0 || n < 2) return MatmulPath::kDots;
   if (mk->wgemm[static_cast<size_t>(t)] != nullptr) {
@@ -165,7 +176,11 @@ VecDotFn gemv_kernel(const MatmulKernels* mk, DType t) {
 
 // gemm8 and the tiles take their activations in the tiles' format, one row its gemv's.
 ActFormat act_format_for(const MatmulKernels* mk, DType t, int64_t n) {
-  if (matmul_path(mk, t, n) == MatmulPath::kDots)
+  const MatmulPath path = matmul_path(mk, t, n);
+  if (path == MatmulPath::kFloat)
+    return t == DType::BF16 && mk->bgemm != nullptr && g_bf16_act.load(std::memory_order_relaxed) ? ActFormat::kBF16
+                                                                                                   : ActFormat::kF32;
+  if (path == MatmulPath::kDots)
     return n == 1 && gemv_kernel(mk, t) != nullptr ? ActFormat::kQ8G : act_format(t);
   return tile_kind(mk, t) >= 2 ? ActFormat::kQ8U : ActFormat::kQ8;
 }
@@ -201,6 +216,28 @@ void mul_mat_in_place(Tensor* dst, const KernelCtx& c, InPlaceGemmFn gemm, const
         }
       }
     }
+  }
+}
+
+// Phase 2 for float weights (fgemm, or bgemm on bf16 activations): chunks of whole tiles of
+// weight rows, small enough (<= 256 KiB) to stay in L2 while every activation row passes them,
+// so each weight byte comes from DRAM once per matmul.
+void mul_mat_float(Tensor* dst, const KernelCtx& c, const MatmulKernels& mk, ActFormat f, const uint8_t* act,
+                   size_t stride) {
+  const Tensor* w = dst->src[0];
+  const int64_t k = w->ne[0], m = w->ne[1], n = dst->ne[1];
+  const auto fn = f == ActFormat::kBF16 ? mk.bgemm : mk.fgemm[static_cast<size_t>(w->type)];
+  const size_t row_bytes = w->nb[1];
+  int64_t rows = std::clamp<int64_t>(static_cast<int64_t>((256u << 10) / std::max<size_t>(row_bytes, 1)), 8, 64) / 8 * 8;
+  while (rows > 8 && (m + rows - 1) / rows < 4 * static_cast<int64_t>(c.nth)) rows /= 2;
+  const int64_t n_chunks = (m + rows - 1) / rows;
+  auto* out = reinterpret_cast<float*>(dst->data);
+  const size_t os = dst->nb[1] / sizeof(float);
+  for (int64_t ch = c.counter->fetch_add(1, std::memory_order_relaxed); ch < n_chunks;
+       ch = c.counter->fetch_add(1, std::memory_order_relaxed)) {
+    const int64_t i0 = ch * rows;
+    fn(w->row_ptr(i0), row_bytes, static_cast<int>(std::min(rows, m - i0)), k, act, stride, static_cast<int>(n),
+       out + i0, os);
   }
 }
 
@@ -306,8 +343,12 @@ int64_t gemv_chunk_rows(int64_t m, int nth) {
 
 }  // namespace
 
+ActFormat mul_mat_act_format(const MatmulKernels* mk, DType t, int64_t n) { return act_format_for(mk, t, n); }
+
 void set_gemm8_max_rows(int64_t n) { g_gemm_max_rows.store(n < 0 ? kGemmDefaultMaxRows : n, std::memory_order_relaxed); }
 int64_t gemm8_max_rows() { return g_gemm_max_rows.load(std::memory_order_relaxed); }
+void set_bf16_activations(bool on) { g_bf16_act.store(on, std::memory_order_relaxed); }
+bool bf16_activations() { return g_bf16_act.load(std::memory_order_relaxed); }
 void set_wgemm_rows(int64_t min_rows, int64_t max_rows) {
   g_wgemm_min_rows.store(min_rows < 0 ? -1 : min_rows, std::memory_order_relaxed);
   g_wgemm_max_rows.store(max_rows < 0 ? -1 : max_rows, std::memory_order_relaxed);
@@ -354,6 +395,7 @@ size_t act_row_bytes(ActFormat f, int64_t k) {
     case ActFormat::kQ8U:
     case ActFormat::kQ8G: return static_cast<size_t>(k / 32) * sizeof(ActQ8);
     case ActFormat::kQ8K: return static_cast<size_t>(k / quant::kQK_K) * sizeof(quant::BlockQ8_K);
+    case ActFormat::kBF16: return static_cast<size_t>(k) * sizeof(uint16_t);
   }
   return 0;
 }
@@ -451,12 +493,13 @@ void op_mul_mat(Tensor* dst, const KernelCtx& c) {
         break;
       case ActFormat::kQ8K: mk->quantize_q8k(x_row(x, j), out, k); break;
       case ActFormat::kQ8G: mk->quantize_q8g(x_row(x, j), out, k); break;
+      case ActFormat::kBF16: mk->quantize_bf16(x_row(x, j), out, k); break;
     }
   };
   if (f == ActFormat::kF32 && uniform_rows(x)) {
     act = static_cast<const uint8_t*>(x->data);
     stride = x->nb[1];
-  } else if (n == 1 && path == MatmulPath::kDots) {
+  } else if (n == 1 && (path == MatmulPath::kDots || path == MatmulPath::kFloat)) {
     stride = act_row_bytes(f, k);
     std::vector<float>& scratch = *c.scratch;
     if (scratch.size() * sizeof(float) < stride) scratch.resize(stride / sizeof(float) + 1);
@@ -482,6 +525,10 @@ void op_mul_mat(Tensor* dst, const KernelCtx& c) {
   }
   if (path == MatmulPath::kTiles) {
     mul_mat_tiled(dst, c, *mk, act, stride);
+    return;
+  }
+  if (path == MatmulPath::kFloat) {
+    mul_mat_float(dst, c, *mk, f, act, stride);
     return;
   }
 
