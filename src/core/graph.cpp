@@ -156,12 +156,18 @@ void Graph::visit(Tensor* t) {
   if (!visited_.insert(t).second) return;
   for (Tensor* s : t->src)
     if (s != nullptr) visit(s);
-  (t->op == Op::kNone ? leaves_ : nodes_).push_back(t);
 }
 
 void Graph::build(Tensor* out) {
   visit(out);
   outputs_.push_back(out);
+  // Creation order is a topological order (a tensor's sources exist before it), and the one the
+  // model was written in: a layer's q, k and v products stand side by side, so a backend can run
+  // neighbours that share an input as one launch (the CUDA backend's fusions).
+  nodes_.clear();
+  leaves_.clear();
+  for (Tensor& t : arena_)
+    if (visited_.count(&t) != 0) (t.op == Op::kNone ? leaves_ : nodes_).push_back(&t);
 }
 
 }  // namespace kite

@@ -91,7 +91,7 @@ class Graph {
   // across backends by model part. Starts at -1.
   void set_layer(int32_t layer) { layer_ = layer; }
 
-  // Orders everything `out` depends on; may be called for several outputs.
+  // Orders everything `out` depends on, in creation order; may be called for several outputs.
   void build(Tensor* out);
   const std::vector<Tensor*>& nodes() const { return nodes_; }
   const std::vector<Tensor*>& leaves() const { return leaves_; }

@@ -91,6 +91,10 @@ MemoryPlan MemoryPlan::make(std::span<Tensor* const> nodes, std::span<Tensor* co
     if (leaf->data == nullptr) plan.offsets_.emplace_back(leaf, arena.alloc(leaf->nbytes()));
 
   std::unordered_map<Tensor*, size_t> placed;
+  // Roots done with at the node before this one: freed once this node's output is placed, so
+  // that no node's output shares bytes with the inputs or output of the node before it (no op
+  // is in place, and a backend may run two neighbours as one launch).
+  std::vector<std::pair<size_t, size_t>> done;  // offset, bytes
   for (size_t i = 0; i < nodes.size(); ++i) {
     Tensor* n = nodes[i];
     if (aliases_src0(n->op)) {
@@ -100,21 +104,18 @@ MemoryPlan MemoryPlan::make(std::span<Tensor* const> nodes, std::span<Tensor* co
       placed[n] = off;
       plan.offsets_.emplace_back(n, off);
     }
-    // Free roots whose last reader is this node (after placing its output: no op is in place).
-    for (Tensor* s : n->src) {
-      if (s == nullptr) continue;
-      Tensor* r = root_of(s);
+    for (const auto& [off, bytes] : done) arena.free(off, bytes);
+    done.clear();
+    // Roots whose last reader is this node, and a node nobody reads (and not kept).
+    auto retire = [&](Tensor* r) {
       auto p = placed.find(r);
-      if (p != placed.end() && last_use[r] == i) {
-        arena.free(p->second, r->nbytes());
-        placed.erase(p);
-      }
-    }
-    // A node nobody reads (and not kept) is freed at once.
-    if (!aliases_src0(n->op) && last_use.count(n) == 0) {
-      arena.free(placed[n], n->nbytes());
-      placed.erase(n);
-    }
+      if (p == placed.end()) return;
+      done.emplace_back(p->second, r->nbytes());
+      placed.erase(p);
+    };
+    for (Tensor* s : n->src)
+      if (s != nullptr && last_use[root_of(s)] == i) retire(root_of(s));
+    if (!aliases_src0(n->op) && last_use.count(n) == 0) retire(n);
   }
   plan.arena_bytes_ = arena.top();
   return plan;

@@ -1,9 +1,11 @@
 // kite/src/core/planner.h — memory planning of a graph's activations, once per graph shape.
 //
 // Every node that produces new bytes, and every input leaf without bytes, gets an offset in one
-// arena. A node's bytes are reused after its last reader (views and kv_write alias their root,
-// which then lives as long as they do); inputs and outputs live for the whole graph. The arena
-// is sized once and reused for every step of the same shape: no allocation per token.
+// arena. A node's bytes are reused once the node after its last reader is placed (views and
+// kv_write alias their root, which then lives as long as they do), so no node's output shares
+// bytes with the inputs or the output of the node before it: a backend may run two neighbours
+// as one launch. Inputs and outputs live for the whole graph. The arena is sized once and
+// reused for every step of the same shape: no allocation per token.
 #pragma once
 
 #include <cstddef>
