@@ -21,11 +21,12 @@
 namespace kite::test {
 
 inline std::unique_ptr<Context> make_device_ctx(const LoadedModel& l, const std::string& device, int64_t n_ctx,
-                                                int n_seqs = 1) {
+                                                int n_seqs = 1, DType kv_type = DType::F16) {
   ContextOptions opts;
   opts.n_ctx = n_ctx;
   opts.n_seqs = n_seqs;
   opts.device = device;
+  opts.kv_type = kv_type;
   auto ctx = Context::create(l.model, opts);
   REQUIRE_MESSAGE(ctx.ok(), device, ": ", (ctx.ok() ? std::string() : ctx.error().message));
   return std::move(*ctx);

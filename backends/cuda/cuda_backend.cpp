@@ -139,7 +139,9 @@ class CudaBackend final : public Backend {
   };
 
   Status run_eager(std::span<Tensor* const> nodes) {
-    for (Tensor* n : nodes) {
+    scratch_.int8 = {};  // (the scratch's int8 activations were another step's tensors')
+    for (size_t i = 0; i < nodes.size();) {
+      Tensor* n = nodes[i];
       if (n->op == Op::kAllReduce) {  // (tensor parallelism: the sum is queued on the stream)
         if (comm_ == nullptr) return make_error("cuda: all_reduce '", n->name, "' without a tensor-parallel group");
         KITE_ASSIGN_OR_RETURN(uint8_t * src, dev_->address(n->src[0]));
@@ -147,10 +149,12 @@ class CudaBackend final : public Backend {
         KITE_CUDA_CHECK(cudaMemcpyAsync(dst, src, n->nbytes(), cudaMemcpyDeviceToDevice, dev_->stream()));
         KITE_TRY(comm_->all_reduce_sum(rank_, reinterpret_cast<float*>(dst), static_cast<size_t>(n->n_elements()),
                                        dev_->stream()));
+        ++i;
         continue;
       }
-      if (auto st = run_node(*dev_, scratch_, n); !st)
-        return st.error().with_context(std::string("cuda: ") + op_name(n->op) + " '" + n->name + "'");
+      Result<size_t> ran = run_fused(*dev_, scratch_, nodes.subspan(i));
+      if (!ran) return ran.error().with_context(std::string("cuda: ") + op_name(n->op) + " '" + n->name + "'");
+      i += *ran;
     }
     return ok_status();
   }

@@ -137,6 +137,13 @@ class Device {
 // Per-op execution (ops.cpp): whether the kernels cover a node, and launching one.
 bool node_supported(const Tensor& n);
 
+// Int8 activations in scratch: launch_quantize_act's codes and scales of tensor `of` (none: null).
+struct Int8Activations {
+  const Tensor* of = nullptr;
+  int8_t* q = nullptr;
+  float* ds = nullptr;
+};
+
 struct OpScratch {
   Scratch x;      // activations made contiguous
   Scratch q;      // int8 activations
@@ -145,7 +152,16 @@ struct OpScratch {
   Scratch w;      // dequantized weight chunk for cuBLAS
   Scratch part;   // attention partials
   Scratch split;  // mmq's split-k partial sums
+  // What q and ds hold: a matmul with the same input reuses them. Valid within one compute()
+  // call (tensors are a step's), so the backend clears it when one starts.
+  Int8Activations int8;
 };
 Status run_node(Device& dev, OpScratch& scratch, Tensor* n);
+// Runs nodes[0], and with it the nodes after it that the same launches can compute (unless
+// KITE_CUDA_FUSE=0): an rms_norm that also quantizes its rows for the int8 matmuls after it
+// (which then share them); matmuls of one input on the mat-vec kernels (up to kMaxMatVecOuts
+// weights of one type), with the swiglu of a gate/up pair, or one with the residual add after
+// it; two ropes; two kv_writes. Every node's result is still written. Returns how many ran.
+Result<size_t> run_fused(Device& dev, OpScratch& scratch, std::span<Tensor* const> nodes);
 
 }  // namespace kite::cuda

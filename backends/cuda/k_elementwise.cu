@@ -6,6 +6,7 @@
 
 #include "backends/cuda/kernels.h"
 #include "backends/cuda/launch.cuh"
+#include "backends/cuda/matvec.cuh"
 #include "backends/cuda/quant.cuh"
 #include "backends/cuda/warp.cuh"
 
@@ -13,6 +14,9 @@ namespace kite::cuda {
 namespace {
 
 constexpr int kThreads = 256;
+
+// Threads of a row's block: the two rms_norm kernels must agree (the sum's order depends on it).
+int rms_norm_threads(int64_t ne0) { return ne0 >= 1024 ? 1024 : ne0 >= 256 ? 256 : 64; }
 
 int blocks_for(int64_t n, int per_block = kThreads) {
   const int64_t b = (n + per_block - 1) / per_block;
@@ -36,7 +40,7 @@ __global__ void binary_kernel(Rows dst, Rows a, Rows b, int64_t ne0, int64_t n) 
     float y;
     if (Op == 0) y = x + z;
     else if (Op == 1) y = x * z;
-    else y = __fmul_rn(x / (1.f + expf(-x)), z);
+    else y = silu_mul(x, z);
     reinterpret_cast<float*>(row_ptr(dst, r))[i] = y;
   }
 }
@@ -49,12 +53,9 @@ __global__ void scale_kernel(Rows dst, Rows a, float s, int64_t ne0, int64_t n) 
   }
 }
 
-// One block per row: sum of squares in f32, then x * s (* w).
-__global__ void rms_norm_kernel(Rows dst, Rows a, const float* w, float eps, int64_t ne0) {
+// 1 / sqrt(mean(x^2) + eps) of a row, summed by the whole block (every thread gets it).
+__device__ float rms_scale(const float* x, int64_t ne0, float eps) {
   KITE_SHARED(partial, float[32]);
-  const int64_t r = blockIdx.x;
-  const float* x = reinterpret_cast<const float*>(row_ptr(a, r));
-  float* y = reinterpret_cast<float*>(row_ptr(dst, r));
   float sum = 0.f;
   for (int64_t i = threadIdx.x; i < ne0; i += blockDim.x) sum += x[i] * x[i];
   sum = warp_sum(sum);
@@ -66,10 +67,37 @@ __global__ void rms_norm_kernel(Rows dst, Rows a, const float* w, float eps, int
     if (threadIdx.x == 0) partial[0] = v;
   }
   __syncthreads();
-  const float s = 1.f / sqrtf(partial[0] / static_cast<float>(ne0) + eps);
-  for (int64_t i = threadIdx.x; i < ne0; i += blockDim.x) {
-    const float v = __fmul_rn(x[i], s);
-    y[i] = w != nullptr ? __fmul_rn(v, w[i]) : v;
+  return 1.f / sqrtf(partial[0] / static_cast<float>(ne0) + eps);
+}
+
+__device__ __forceinline__ float rms_normed(const float* x, const float* w, float s, int64_t i) {
+  const float v = __fmul_rn(x[i], s);
+  return w != nullptr ? __fmul_rn(v, w[i]) : v;
+}
+
+// One block per row: sum of squares in f32, then x * s (* w).
+__global__ void rms_norm_kernel(Rows dst, Rows a, const float* w, float eps, int64_t ne0) {
+  const int64_t r = blockIdx.x;
+  const float* x = reinterpret_cast<const float*>(row_ptr(a, r));
+  float* y = reinterpret_cast<float*>(row_ptr(dst, r));
+  const float s = rms_scale(x, ne0, eps);
+  for (int64_t i = threadIdx.x; i < ne0; i += blockDim.x) y[i] = rms_normed(x, w, s, i);
+}
+
+// The same row, then each warp quantizes whole 32-element blocks of it (launch_quantize_act's
+// codes and scales of the values it writes).
+__global__ void rms_norm_quantize_kernel(float* dst, Rows a, const float* w, float eps, int64_t ne0, int8_t* q,
+                                         float4* ds) {
+  const int64_t r = blockIdx.x;
+  const float* x = reinterpret_cast<const float*>(row_ptr(a, r));
+  const float s = rms_scale(x, ne0, eps);
+  const int lane = threadIdx.x % 32;
+  const int64_t n_blocks = ne0 / 32;
+  for (int64_t b = threadIdx.x / 32; b < n_blocks; b += blockDim.x / 32) {
+    const int64_t i = b * 32 + lane;
+    const float y = rms_normed(x, w, s, i);
+    dst[r * ne0 + i] = y;
+    quantize_act_block(y, lane, q + r * ne0 + b * 32, ds + r * n_blocks + b);
   }
 }
 
@@ -109,62 +137,83 @@ __device__ double rope_inv_freq(const RopeArgs& a, int i, double* mscale) {
   return a.freq_factors != nullptr ? f / static_cast<double>(a.freq_factors[i]) : f;
 }
 
-// One thread per (pair or passthrough element, head, token).
-__global__ void rope_kernel(RopeArgs a) {
+// Elements a thread of rope_kernel takes in one tensor: a pair or passthrough element, a head, a token.
+__host__ __device__ __forceinline__ int64_t rope_items(const RopeArgs& a) {
+  return (a.hd - a.n_rot / 2) * a.n_head * a.n_tok;
+}
+
+// Item idx of one tensor (rope_items).
+__device__ __forceinline__ void rope_item(const RopeArgs& a, int64_t idx) {
   const int64_t half = a.n_rot / 2;
   const int64_t per_row = a.hd - half;  // half pairs + (hd - n_rot) copied elements
-  const int64_t n = per_row * a.n_head * a.n_tok;
+  const int64_t e = idx % per_row, h = (idx / per_row) % a.n_head, t = idx / (per_row * a.n_head);
+  const float* x = reinterpret_cast<const float*>(static_cast<const uint8_t*>(a.src.p) + h * a.src.nb1 + t * a.src.nb2);
+  float* y = reinterpret_cast<float*>(static_cast<uint8_t*>(a.dst.p) + h * a.dst.nb1 + t * a.dst.nb2);
+  if (e >= half) {  // beyond the rotated dimensions
+    const int64_t i = a.n_rot + (e - half);
+    y[i] = x[i];
+    return;
+  }
+  double mscale;
+  const double theta = static_cast<double>(a.pos[t]) * rope_inv_freq(a, static_cast<int>(e), &mscale);
+  const float cs = static_cast<float>(cos(theta) * mscale), sn = static_cast<float>(sin(theta) * mscale);
+  const int64_t i0 = a.mode == 0 ? 2 * e : e;
+  const int64_t i1 = a.mode == 0 ? 2 * e + 1 : e + half;
+  const float x0 = x[i0], x1 = x[i1];
+  y[i0] = __fsub_rn(__fmul_rn(x0, cs), __fmul_rn(x1, sn));
+  y[i1] = __fadd_rn(__fmul_rn(x0, sn), __fmul_rn(x1, cs));
+}
+
+// One thread per item of a, then of b (b.n_head 0: none).
+__global__ void rope_kernel(RopeArgs a, RopeArgs b) {
+  const int64_t na = rope_items(a), n = na + rope_items(b);
   for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < n;
        idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t e = idx % per_row, h = (idx / per_row) % a.n_head, t = idx / (per_row * a.n_head);
-    const float* x = reinterpret_cast<const float*>(static_cast<const uint8_t*>(a.src.p) + h * a.src.nb1 + t * a.src.nb2);
-    float* y = reinterpret_cast<float*>(static_cast<uint8_t*>(a.dst.p) + h * a.dst.nb1 + t * a.dst.nb2);
-    if (e >= half) {  // beyond the rotated dimensions
-      const int64_t i = a.n_rot + (e - half);
-      y[i] = x[i];
-      continue;
-    }
-    double mscale;
-    const double theta = static_cast<double>(a.pos[t]) * rope_inv_freq(a, static_cast<int>(e), &mscale);
-    const float cs = static_cast<float>(cos(theta) * mscale), sn = static_cast<float>(sin(theta) * mscale);
-    const int64_t i0 = a.mode == 0 ? 2 * e : e;
-    const int64_t i1 = a.mode == 0 ? 2 * e + 1 : e + half;
-    const float x0 = x[i0], x1 = x[i1];
-    y[i0] = __fsub_rn(__fmul_rn(x0, cs), __fmul_rn(x1, sn));
-    y[i1] = __fadd_rn(__fmul_rn(x0, sn), __fmul_rn(x1, cs));
+    if (idx < na) rope_item(a, idx);
+    else rope_item(b, idx - na);
   }
 }
 
-// Float rows to F32/F16/BF16: one thread per element.
-__global__ void convert_float_kernel(int src_type, Rows src, int dst_type, Rows dst, const int32_t* dst_rows,
-                                     int64_t ne0, int64_t n) {
+// Float rows to F32/F16/BF16: one thread per element, of a's rows, then of b's.
+__device__ __forceinline__ void convert_float_item(const RowConversion& a, int64_t idx) {
+  const int64_t r = idx / a.ne0, i = idx % a.ne0;
+  const float v = load_float(a.src_type, row_ptr(a.src, r), i);
+  uint8_t* out = row_ptr(a.dst, a.dst_rows != nullptr ? a.dst_rows[r] : r);
+  if (a.dst_type == kF32) reinterpret_cast<float*>(out)[i] = v;
+  else if (a.dst_type == kF16) reinterpret_cast<__half*>(out)[i] = __float2half_rn(v);
+  else reinterpret_cast<uint16_t*>(out)[i] = to_bf16(v);
+}
+
+__global__ void convert_float_kernel(RowConversion a, RowConversion b) {
+  const int64_t na = a.ne0 * a.n_rows, n = na + b.ne0 * b.n_rows;
   for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < n;
        idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t r = idx / ne0, i = idx % ne0;
-    const float v = load_float(src_type, row_ptr(src, r), i);
-    uint8_t* out = row_ptr(dst, dst_rows != nullptr ? dst_rows[r] : r);
-    if (dst_type == kF32) reinterpret_cast<float*>(out)[i] = v;
-    else if (dst_type == kF16) reinterpret_cast<__half*>(out)[i] = __float2half_rn(v);
-    else reinterpret_cast<uint16_t*>(out)[i] = to_bf16(v);
+    if (idx < na) convert_float_item(a, idx);
+    else convert_float_item(b, idx - na);
   }
 }
 
 // Float rows to Q8_0, one warp per 32-element block, exactly as the reference quantizer
-// (ref_legacy.cpp quantize_q8_0): d = amax / 127, q = round(x * (1 / d)).
-__global__ void quantize_q8_0_kernel(int src_type, Rows src, Rows dst, const int32_t* dst_rows, int64_t ne0,
-                                     int64_t n_blocks) {
+// (ref_legacy.cpp quantize_q8_0): d = amax / 127, q = round(x * (1 / d)); a's blocks, then b's.
+__device__ __forceinline__ void quantize_q8_0_block(const RowConversion& a, int64_t b, int lane) {
+  const int64_t per_row = a.ne0 / 32;
+  const int64_t r = b / per_row, ib = b % per_row;
+  const float x = load_float(a.src_type, row_ptr(a.src, r), ib * 32 + lane);
+  const float amax = warp_max(fabsf(x));
+  const float d = amax / 127.f;
+  const float id = d != 0.f ? 1.f / d : 0.f;
+  uint8_t* blk = row_ptr(a.dst, a.dst_rows != nullptr ? a.dst_rows[r] : r) + ib * sizeof(quant::BlockQ8_0);
+  blk[2 + lane] = static_cast<uint8_t>(static_cast<int8_t>(roundf(__fmul_rn(x, id))));
+  if (lane == 0) *reinterpret_cast<uint16_t*>(blk) = __half_as_ushort(__float2half_rn(d));
+}
+
+__global__ void quantize_q8_0_kernel(RowConversion a, RowConversion b) {
   const int lane = threadIdx.x % 32;
-  const int64_t per_row = ne0 / 32;
-  for (int64_t b = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) / 32; b < n_blocks;
-       b += static_cast<int64_t>(gridDim.x) * blockDim.x / 32) {
-    const int64_t r = b / per_row, ib = b % per_row;
-    const float x = load_float(src_type, row_ptr(src, r), ib * 32 + lane);
-    const float amax = warp_max(fabsf(x));
-    const float d = amax / 127.f;
-    const float id = d != 0.f ? 1.f / d : 0.f;
-    uint8_t* blk = row_ptr(dst, dst_rows != nullptr ? dst_rows[r] : r) + ib * sizeof(quant::BlockQ8_0);
-    blk[2 + lane] = static_cast<uint8_t>(static_cast<int8_t>(roundf(__fmul_rn(x, id))));
-    if (lane == 0) *reinterpret_cast<uint16_t*>(blk) = __half_as_ushort(__float2half_rn(d));
+  const int64_t na = a.ne0 / 32 * a.n_rows, n = na + b.ne0 / 32 * b.n_rows;
+  for (int64_t blk = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) / 32; blk < n;
+       blk += static_cast<int64_t>(gridDim.x) * blockDim.x / 32) {
+    if (blk < na) quantize_q8_0_block(a, blk, lane);
+    else quantize_q8_0_block(b, blk - na, lane);
   }
 }
 
@@ -189,27 +238,45 @@ cudaError_t launch_scale(Rows dst, Rows a, float scale, int64_t ne0, int64_t n_r
 cudaError_t launch_rms_norm(Rows dst, Rows a, const float* w, float eps, int64_t ne0, int64_t n_rows,
                             cudaStream_t s) {
   if (n_rows == 0) return cudaSuccess;
-  const int threads = ne0 >= 1024 ? 1024 : ne0 >= 256 ? 256 : 64;
-  KITE_KERNEL(static_cast<unsigned>(n_rows), threads, 0, s, rms_norm_kernel)(dst, a, w, eps, ne0);
+  KITE_KERNEL(static_cast<unsigned>(n_rows), rms_norm_threads(ne0), 0, s, rms_norm_kernel)(dst, a, w, eps, ne0);
   return cudaGetLastError();
 }
 
-cudaError_t launch_rope(const RopeArgs& a, cudaStream_t s) {
-  const int64_t n = (a.hd - a.n_rot / 2) * a.n_head * a.n_tok;
+cudaError_t launch_rms_norm_quantize(float* dst, Rows a, const float* w, float eps, int64_t ne0, int64_t n_rows,
+                                     int8_t* q, float* ds, cudaStream_t s) {
+  if (n_rows == 0) return cudaSuccess;
+  if (ne0 % 32 != 0) return cudaErrorInvalidValue;
+  KITE_KERNEL(static_cast<unsigned>(n_rows), rms_norm_threads(ne0), 0, s, rms_norm_quantize_kernel)(
+      dst, a, w, eps, ne0, q, reinterpret_cast<float4*>(ds));
+  return cudaGetLastError();
+}
+
+cudaError_t launch_rope(const RopeArgs& a, cudaStream_t s, const RopeArgs* b) {
+  const RopeArgs none{};
+  const RopeArgs& second = b != nullptr ? *b : none;
+  const int64_t n = rope_items(a) + rope_items(second);
   if (n == 0) return cudaSuccess;
-  KITE_KERNEL(blocks_for(n), kThreads, 0, s, rope_kernel)(a);
+  KITE_KERNEL(blocks_for(n), kThreads, 0, s, rope_kernel)(a, second);
   return cudaGetLastError();
 }
 
 cudaError_t launch_convert_rows(int src_type, Rows src, int dst_type, Rows dst, const int32_t* dst_rows,
                                 int64_t ne0, int64_t n_rows, cudaStream_t s) {
-  if (ne0 * n_rows == 0) return cudaSuccess;
-  if (dst_type == kQ8_0) {
-    const int64_t n_blocks = ne0 / 32 * n_rows;
-    KITE_KERNEL(blocks_for(n_blocks * 32), kThreads, 0, s, quantize_q8_0_kernel)(src_type, src, dst, dst_rows, ne0, n_blocks);
+  return launch_convert_rows(RowConversion{src_type, src, dst_type, dst, dst_rows, ne0, n_rows}, s);
+}
+
+cudaError_t launch_convert_rows(const RowConversion& a, cudaStream_t s, const RowConversion* b) {
+  const RowConversion none{};
+  const RowConversion& second = b != nullptr ? *b : none;
+  if (b != nullptr && (a.dst_type == kQ8_0) != (b->dst_type == kQ8_0)) return cudaErrorInvalidValue;
+  if (a.dst_type == kQ8_0) {
+    const int64_t n_blocks = a.ne0 / 32 * a.n_rows + second.ne0 / 32 * second.n_rows;
+    if (n_blocks == 0) return cudaSuccess;
+    KITE_KERNEL(blocks_for(n_blocks * 32), kThreads, 0, s, quantize_q8_0_kernel)(a, second);
   } else {
-    const int64_t n = ne0 * n_rows;
-    KITE_KERNEL(blocks_for(n), kThreads, 0, s, convert_float_kernel)(src_type, src, dst_type, dst, dst_rows, ne0, n);
+    const int64_t n = a.ne0 * a.n_rows + second.ne0 * second.n_rows;
+    if (n == 0) return cudaSuccess;
+    KITE_KERNEL(blocks_for(n), kThreads, 0, s, convert_float_kernel)(a, second);
   }
   return cudaGetLastError();
 }

@@ -4,6 +4,7 @@
 
 #include "backends/cuda/kernels.h"
 #include "backends/cuda/launch.cuh"
+#include "backends/cuda/matvec.cuh"
 #include "backends/cuda/quant.cuh"
 #include "backends/cuda/warp.cuh"
 
@@ -17,8 +18,7 @@ unsigned grid_for(int64_t n) {
   return static_cast<unsigned>(b < 1 ? 1 : (b > 1048576 ? 1048576 : b));
 }
 
-// One warp per 32-element block of a column: d = amax / 127, q = round(x / d), and the scaled
-// code sums of each half (for the weight types with offsets).
+// One warp per 32-element block of a column (quantize_act_block).
 __global__ void quantize_act_kernel(const float* x, size_t ldx, int64_t k, int64_t n_blocks, int8_t* q,
                                     float4* ds) {
   const int lane = threadIdx.x % 32;
@@ -26,32 +26,14 @@ __global__ void quantize_act_kernel(const float* x, size_t ldx, int64_t k, int64
   for (int64_t b = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) / 32; b < n_blocks;
        b += static_cast<int64_t>(gridDim.x) * blockDim.x / 32) {
     const int64_t c = b / per_col, ib = b % per_col;
-    const float v = x[c * ldx + ib * 32 + lane];
-    float amax = fabsf(v);
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-    const float d = amax / 127.f;
-    const float id = d != 0.f ? 1.f / d : 0.f;
-    const int qi = static_cast<int>(roundf(v * id));
-    q[c * k + ib * 32 + lane] = static_cast<int8_t>(qi);
-    const int s0 = warp_sum_i(lane < 16 ? qi : 0);
-    const int s1 = warp_sum_i(lane < 16 ? 0 : qi);
-    if (lane == 0) ds[b] = make_float4(d, d * static_cast<float>(s0), d * static_cast<float>(s1), 0.f);
+    quantize_act_block(x[c * ldx + ib * 32 + lane], lane, q + c * k + ib * 32, ds + b);
   }
 }
 
-// Float weights: one warp per row, f32 accumulation.
+// Float weights: one warp per row, f32 accumulation; acc[c] += this lane's share of row wr · column c.
 template <int NC>
-__global__ void __launch_bounds__(128)
-    mmv_float_kernel(int type, const uint8_t* w, size_t row_bytes, int64_t k, int64_t m, const float* x, size_t ldx,
-                     float* dst, int64_t ldd) {
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * 4 + warp;
-  if (row >= m) return;
-  const uint8_t* wr = w + row * row_bytes;
-  float acc[NC];
-#pragma unroll
-  for (int c = 0; c < NC; ++c) acc[c] = 0.f;
+__device__ __forceinline__ void mmv_float_dot(int type, const uint8_t* wr, int64_t k, const float* x, size_t ldx,
+                                              int lane, float (&acc)[NC]) {
   if (type == kF16 && k % 2 == 0) {
     const auto* w2 = reinterpret_cast<const __half2*>(wr);
     for (int64_t i = lane; i < k / 2; i += 32) {
@@ -69,11 +51,24 @@ __global__ void __launch_bounds__(128)
       for (int c = 0; c < NC; ++c) acc[c] += wv * x[c * ldx + i];
     }
   }
+}
+
+template <int NC, bool GLU>
+__global__ void __launch_bounds__(kMatVecWarps * 32)
+    mmv_float_kernel(MatVecGrid g, int type, int64_t k, const float* x, size_t ldx) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  int64_t row;
+  const MatVecOut o = matvec_out(g, blockIdx.x, warp, &row);
+  if (row >= o.m) return;
+  float acc[NC], up[NC];
 #pragma unroll
-  for (int c = 0; c < NC; ++c) {
-    const float v = warp_sum(acc[c]);
-    if (lane == 0) dst[c * ldd + row] = v;
+  for (int c = 0; c < NC; ++c) acc[c] = up[c] = 0.f;
+  mmv_float_dot<NC>(type, static_cast<const uint8_t*>(o.w) + row * o.row_bytes, k, x, ldx, lane, acc);
+  if (GLU) {
+    const MatVecOut& u = g.job.out[1];
+    mmv_float_dot<NC>(type, static_cast<const uint8_t*>(u.w) + row * u.row_bytes, k, x, ldx, lane, up);
   }
+  matvec_store<NC, GLU>(g, o, row, lane, acc, up);
 }
 
 __global__ void f32_to_f16_kernel(const float* x, size_t ldx, int64_t k, int64_t n, __half* dst) {
@@ -95,33 +90,26 @@ cudaError_t launch_quantize_act(const float* x, size_t ldx, int64_t k, int64_t n
   return cudaGetLastError();
 }
 
-cudaError_t launch_mmvq(int type, const void* w, size_t row_bytes, int64_t k, int64_t m, const int8_t* q,
-                        const float* ds, int n, float* dst, int64_t ldd, cudaStream_t s) {
-  if (m == 0) return cudaSuccess;
+cudaError_t launch_mmvq(int type, const MatVecJob& job, int64_t k, const int8_t* q, const float* ds, int n,
+                        cudaStream_t s) {
+  if (!matvec_job_ok(job)) return cudaErrorInvalidValue;
+  if (matvec_grid(job).blocks == 0) return cudaSuccess;
   switch (type) {
     case kQ2_K: case kQ3_K: case kQ4_K: case kQ5_K: case kQ6_K: case kIQ4_XS:
-      return launch_mmvq_kquant(type, w, row_bytes, k, m, q, ds, n, dst, ldd, s);
-    default: return launch_mmvq_legacy(type, w, row_bytes, k, m, q, ds, n, dst, ldd, s);
+      return launch_mmvq_kquant(type, job, k, q, ds, n, s);
+    default: return launch_mmvq_legacy(type, job, k, q, ds, n, s);
   }
 }
 
-cudaError_t launch_mmv_float(int type, const void* w, size_t row_bytes, int64_t k, int64_t m, const float* x,
-                             size_t ldx, int n, float* dst, int64_t ldd, cudaStream_t s) {
-  if (m == 0) return cudaSuccess;
-  const auto* wp = static_cast<const uint8_t*>(w);
-  const unsigned grid = static_cast<unsigned>((m + 3) / 4);
-  switch (n) {
-    case 1: KITE_KERNEL(grid, 128, 0, s, mmv_float_kernel<1>)(type, wp, row_bytes, k, m, x, ldx, dst, ldd); break;
-    case 2: KITE_KERNEL(grid, 128, 0, s, mmv_float_kernel<2>)(type, wp, row_bytes, k, m, x, ldx, dst, ldd); break;
-    case 3: KITE_KERNEL(grid, 128, 0, s, mmv_float_kernel<3>)(type, wp, row_bytes, k, m, x, ldx, dst, ldd); break;
-    case 4: KITE_KERNEL(grid, 128, 0, s, mmv_float_kernel<4>)(type, wp, row_bytes, k, m, x, ldx, dst, ldd); break;
-    case 5: KITE_KERNEL(grid, 128, 0, s, mmv_float_kernel<5>)(type, wp, row_bytes, k, m, x, ldx, dst, ldd); break;
-    case 6: KITE_KERNEL(grid, 128, 0, s, mmv_float_kernel<6>)(type, wp, row_bytes, k, m, x, ldx, dst, ldd); break;
-    case 7: KITE_KERNEL(grid, 128, 0, s, mmv_float_kernel<7>)(type, wp, row_bytes, k, m, x, ldx, dst, ldd); break;
-    case 8: KITE_KERNEL(grid, 128, 0, s, mmv_float_kernel<8>)(type, wp, row_bytes, k, m, x, ldx, dst, ldd); break;
-    default: return cudaErrorInvalidValue;
-  }
-  return cudaGetLastError();
+cudaError_t launch_mmv_float(int type, const MatVecJob& job, int64_t k, const float* x, size_t ldx, int n,
+                             cudaStream_t s) {
+  if (!matvec_job_ok(job)) return cudaErrorInvalidValue;
+  const MatVecGrid g = matvec_grid(job);
+  if (g.blocks == 0) return cudaSuccess;
+  return matvec_dispatch(
+      n, job.glu != nullptr,
+      [](auto nc, auto glu) { return mmv_float_kernel<decltype(nc)::value, decltype(glu)::value>; },
+      [&](auto mmv) { KITE_KERNEL(g.blocks, kMatVecWarps * 32, 0, s, mmv)(g, type, k, x, ldx); });
 }
 
 cudaError_t launch_f32_to_f16(const float* x, size_t ldx, int64_t k, int64_t n, void* dst, cudaStream_t s) {

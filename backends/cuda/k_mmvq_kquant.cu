@@ -3,15 +3,15 @@
 
 namespace kite::cuda {
 
-cudaError_t launch_mmvq_kquant(int type, const void* w, size_t row_bytes, int64_t k, int64_t m, const int8_t* q,
-                               const float* ds, int n, float* dst, int64_t ldd, cudaStream_t s) {
+cudaError_t launch_mmvq_kquant(int type, const MatVecJob& job, int64_t k, const int8_t* q, const float* ds, int n,
+                               cudaStream_t s) {
   switch (type) {
-    case kQ2_K: return launch_mmvq_t<kQ2_K>(w, row_bytes, k, m, q, ds, n, dst, ldd, s);
-    case kQ3_K: return launch_mmvq_t<kQ3_K>(w, row_bytes, k, m, q, ds, n, dst, ldd, s);
-    case kQ4_K: return launch_mmvq_t<kQ4_K>(w, row_bytes, k, m, q, ds, n, dst, ldd, s);
-    case kQ5_K: return launch_mmvq_t<kQ5_K>(w, row_bytes, k, m, q, ds, n, dst, ldd, s);
-    case kQ6_K: return launch_mmvq_t<kQ6_K>(w, row_bytes, k, m, q, ds, n, dst, ldd, s);
-    case kIQ4_XS: return launch_mmvq_t<kIQ4_XS>(w, row_bytes, k, m, q, ds, n, dst, ldd, s);
+    case kQ2_K: return launch_mmvq_t<kQ2_K>(job, k, q, ds, n, s);
+    case kQ3_K: return launch_mmvq_t<kQ3_K>(job, k, q, ds, n, s);
+    case kQ4_K: return launch_mmvq_t<kQ4_K>(job, k, q, ds, n, s);
+    case kQ5_K: return launch_mmvq_t<kQ5_K>(job, k, q, ds, n, s);
+    case kQ6_K: return launch_mmvq_t<kQ6_K>(job, k, q, ds, n, s);
+    case kIQ4_XS: return launch_mmvq_t<kIQ4_XS>(job, k, q, ds, n, s);
     default: return cudaErrorInvalidValue;
   }
 }

@@ -52,12 +52,24 @@ struct RopeArgs {
         attn_factor = 1.f;
   const float* freq_factors = nullptr;  // F32 [n_rot / 2] divisors (replace the llama3 formula), or null
 };
-cudaError_t launch_rope(const RopeArgs& a, cudaStream_t s);
+// `b` (optional): a second tensor roped in the same launch (a layer's keys beside its queries).
+cudaError_t launch_rope(const RopeArgs& a, cudaStream_t s, const RopeArgs* b = nullptr);
 
 // Rows of `src` (float type src_type, 4-D walk) converted to dst_type (F32/F16/BF16/Q8_0) at
 // dst rows; `dst_rows` (optional, I32) redirects row r to dst row dst_rows[r] (kv_write).
 cudaError_t launch_convert_rows(int src_type, Rows src, int dst_type, Rows dst, const int32_t* dst_rows,
                                 int64_t ne0, int64_t n_rows, cudaStream_t s);
+// The same as a struct, and optionally a second conversion in the same launch (a layer's keys
+// and values written to the cache), both to Q8_0 or both to float types.
+struct RowConversion {
+  int src_type = kF32;
+  Rows src;
+  int dst_type = kF32;
+  Rows dst;
+  const int32_t* dst_rows = nullptr;
+  int64_t ne0 = 0, n_rows = 0;
+};
+cudaError_t launch_convert_rows(const RowConversion& a, cudaStream_t s, const RowConversion* b = nullptr);
 
 // ---- top_k (k_top_k.cu) ----------------------------------------------------------------
 // Row r of `src` (F32, ne0 contiguous floats) -> row r of `dst` (F32 [2k + 1 (+ 2)]):
@@ -83,20 +95,49 @@ inline constexpr int kMaxMmvCols = 8;
 // per 32-element block a float4 {d, d * sum(q[0..15]), d * sum(q[16..31]), 0}.
 cudaError_t launch_quantize_act(const float* x, size_t ldx, int64_t k, int64_t n, int8_t* q, float* ds,
                                 cudaStream_t s);
-// dst[c * ldd + i] = W row i · column c, for n (1..8) columns, quantized W of `type`.
-cudaError_t launch_mmvq(int type, const void* w, size_t row_bytes, int64_t k, int64_t m, const int8_t* q,
-                        const float* ds, int n, float* dst, int64_t ldd, cudaStream_t s);
+// rms_norm (launch_rms_norm's result, written to dst: dense [ne0, n_rows]) and its int8
+// activations (launch_quantize_act's q and ds of it, bit for bit) in one launch; ne0 % 32 == 0.
+cudaError_t launch_rms_norm_quantize(float* dst, Rows a, const float* w, float eps, int64_t ne0, int64_t n_rows,
+                                     int8_t* q, float* ds, cudaStream_t s);
+
+// One mat-vec launch multiplies the same activation columns by up to kMaxMatVecOuts weights of
+// one type and k (a layer's q, k and v; its gate and up): weight j's row i times column c goes to
+// out[j].dst[c * ldd + i]. With `glu` set (two weights of equal m: gate, then up) one warp
+// computes row i of both, and also writes glu[c * glu_ldd + i] = silu(gate) * up, the swiglu
+// op's formula, so the fused result has the unfused one's bits. With `sum` set (one weight) it
+// also writes sum[c * sum_ld + i] = add[c * add_ld + i] + dst (a layer's residual add).
+inline constexpr int kMaxMatVecOuts = 3;
+struct MatVecOut {
+  const void* w = nullptr;
+  size_t row_bytes = 0;
+  int64_t m = 0;
+  float* dst = nullptr;
+  int64_t ldd = 0;
+};
+struct MatVecJob {
+  MatVecOut out[kMaxMatVecOuts];
+  int n_out = 1;
+  float* glu = nullptr;
+  int64_t glu_ldd = 0;
+  const float* add = nullptr;
+  int64_t add_ld = 0;
+  float* sum = nullptr;
+  int64_t sum_ld = 0;
+};
+// Quantized W of `type`, from launch_quantize_act's q and ds; n (1..8) columns.
+cudaError_t launch_mmvq(int type, const MatVecJob& job, int64_t k, const int8_t* q, const float* ds, int n,
+                        cudaStream_t s);
 // Float weights (F32/F16/BF16): x F32 columns ldx floats apart.
-cudaError_t launch_mmv_float(int type, const void* w, size_t row_bytes, int64_t k, int64_t m, const float* x,
-                             size_t ldx, int n, float* dst, int64_t ldd, cudaStream_t s);
+cudaError_t launch_mmv_float(int type, const MatVecJob& job, int64_t k, const float* x, size_t ldx, int n,
+                             cudaStream_t s);
 // F32 [k, n] (ldx floats apart) -> F16 contiguous [k, n].
 cudaError_t launch_f32_to_f16(const float* x, size_t ldx, int64_t k, int64_t n, void* dst, cudaStream_t s);
 
 // Per-type mat-vec launchers (one .cu file per family, so the build parallelizes).
-cudaError_t launch_mmvq_legacy(int type, const void* w, size_t row_bytes, int64_t k, int64_t m, const int8_t* q,
-                               const float* ds, int n, float* dst, int64_t ldd, cudaStream_t s);
-cudaError_t launch_mmvq_kquant(int type, const void* w, size_t row_bytes, int64_t k, int64_t m, const int8_t* q,
-                               const float* ds, int n, float* dst, int64_t ldd, cudaStream_t s);
+cudaError_t launch_mmvq_legacy(int type, const MatVecJob& job, int64_t k, const int8_t* q, const float* ds, int n,
+                               cudaStream_t s);
+cudaError_t launch_mmvq_kquant(int type, const MatVecJob& job, int64_t k, const int8_t* q, const float* ds, int n,
+                               cudaStream_t s);
 
 // ---- int8 tensor-core matrix-matrix product (k_mmq.cu) ------------------------------------
 // dst[c * ldd + i] = W row i · column c for any number of columns n, quantized W of `type` (the

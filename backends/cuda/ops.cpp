@@ -11,8 +11,13 @@
 //
 // attention: rows of prefill chunks (a sequence's run of kAttentionTcMinRun+ rows) on tensor
 // cores where the shape allows (k_attention_tc.cu), decode rows on the CUDA-core kernel.
+//
+// run_fused: neighbouring nodes that one launch can compute together (device.h), so that a
+// decode step of a llama layer is 12 launches instead of 24; every node's result still lands
+// where the planner put it, with the bits of its own kernel.
 #include <algorithm>
 #include <cstdlib>
+#include <string_view>
 
 #include "backends/cuda/device.h"
 #include "backends/cuda/kernels.h"
@@ -89,49 +94,108 @@ int attention_tc_min_run(const AttentionArgs& a) {
   return a.n_tok >= kAttentionTcMinRun ? kAttentionTcMinRun : 0;
 }
 
-Status mul_mat(Device& dev, OpScratch& sc, Tensor* n) {
+// Where a matmul's activations are read from: x as columns ldx floats apart (made contiguous in
+// scratch when x's rows are not equally spaced).
+struct Activations {
+  const float* x = nullptr;
+  size_t ldx = 0;
+};
+
+Result<Activations> activations(Device& dev, OpScratch& sc, const Tensor* x) {
+  const int64_t k = x->ne[0], cols = x->n_rows();
+  KITE_ASSIGN_OR_RETURN(uint8_t * xp, dev.address(x));
+  if (uniform_rows(x)) return Activations{reinterpret_cast<const float*>(xp), x->nb[1] / sizeof(float)};
+  KITE_ASSIGN_OR_RETURN(void* xs, dev.scratch(sc.x, static_cast<size_t>(k * cols) * sizeof(float), "activation"));
+  KITE_LAUNCH(launch_convert_rows(kF32, rows_of(x, xp), kF32, dense_rows(xs, k, cols), nullptr, k, cols, dev.stream()));
+  return Activations{static_cast<const float*>(xs), static_cast<size_t>(k)};
+}
+
+// The int8 activations' scratch (launch_quantize_act's q and ds) sized for x.
+Result<Int8Activations> int8_scratch(Device& dev, OpScratch& sc, const Tensor* x) {
+  const int64_t k = x->ne[0], cols = x->n_rows();
+  KITE_ASSIGN_OR_RETURN(void* qp, dev.scratch(sc.q, static_cast<size_t>(k * cols), "int8 activation"));
+  KITE_ASSIGN_OR_RETURN(void* dsp, dev.scratch(sc.ds, static_cast<size_t>(k / 32 * cols) * 16, "activation scale"));
+  return Int8Activations{x, static_cast<int8_t*>(qp), static_cast<float*>(dsp)};
+}
+
+// x's int8 activations: quantized now, unless the scratch already holds them (the matmul before
+// this one had the same input, or a fused rms_norm made them).
+Result<Int8Activations> int8_activations(Device& dev, OpScratch& sc, const Tensor* x, const Activations& a) {
+  KITE_ASSIGN_OR_RETURN(Int8Activations q, int8_scratch(dev, sc, x));
+  if (sc.int8.of == x && sc.int8.q == q.q && sc.int8.ds == q.ds) return q;
+  KITE_LAUNCH(launch_quantize_act(a.x, a.ldx, x->ne[0], x->n_rows(), q.q, q.ds, dev.stream()));
+  sc.int8 = q;
+  return q;
+}
+
+// A matmul whose activations go the int8 way (launch_quantize_act, then mmvq or mmq).
+bool int8_matmul(const Device& dev, const Tensor* n) {
+  if (n->op != Op::kMulMat || is_float(n->src[0]->type)) return false;
+  const int64_t cols = n->src[1]->n_rows();
+  return cols <= kMaxMmvCols || use_mmq(dev, cols);
+}
+
+// One matmul, or (mat-vec shapes only) several weights against the same activations in one
+// launch; the same launch may also compute `epilogue`: the swiglu of a gate/up pair, or the add
+// of one matmul's result to a residual (MatVecJob).
+Status mul_mat(Device& dev, OpScratch& sc, std::span<Tensor* const> group, Tensor* epilogue = nullptr) {
+  Tensor* n = group[0];
   const Tensor* w = n->src[0];
   const Tensor* x = n->src[1];
   const int64_t k = w->ne[0], m = w->ne[1], cols = x->n_rows();
   const cudaStream_t s = dev.stream();
   KITE_ASSIGN_OR_RETURN(uint8_t * wp, dev.address(w));
-  KITE_ASSIGN_OR_RETURN(uint8_t * xp, dev.address(x));
   KITE_ASSIGN_OR_RETURN(uint8_t * dp, dev.address(n));
   auto* dst = reinterpret_cast<float*>(dp);
   const int64_t ldd = static_cast<int64_t>(n->nb[1] / sizeof(float));
   const size_t w_row = w->nb[1];
+  KITE_ASSIGN_OR_RETURN(const Activations act, activations(dev, sc, x));
+  const float* xf = act.x;
+  const size_t ldx = act.ldx;
 
-  // Activations as columns ldx floats apart.
-  const float* xf = reinterpret_cast<const float*>(xp);
-  size_t ldx = x->nb[1] / sizeof(float);
-  if (!uniform_rows(x)) {
-    KITE_ASSIGN_OR_RETURN(void* xs, dev.scratch(sc.x, static_cast<size_t>(k * cols) * sizeof(float), "activation"));
-    KITE_LAUNCH(launch_convert_rows(kF32, rows_of(x, xp), kF32, dense_rows(xs, k, cols), nullptr, k, cols, s));
-    xf = static_cast<const float*>(xs);
-    ldx = static_cast<size_t>(k);
-  }
-
-  if (cols <= kMaxMmvCols && is_float(w->type)) {
-    KITE_LAUNCH(launch_mmv_float(tid(w->type), wp, w_row, k, m, xf, ldx, static_cast<int>(cols), dst, ldd, s));
+  if (cols <= kMaxMmvCols) {
+    MatVecJob job;
+    job.n_out = static_cast<int>(group.size());
+    for (size_t j = 0; j < group.size(); ++j) {
+      const Tensor* wj = group[j]->src[0];
+      KITE_ASSIGN_OR_RETURN(uint8_t * wjp, dev.address(wj));
+      KITE_ASSIGN_OR_RETURN(uint8_t * djp, dev.address(group[j]));
+      job.out[j] = MatVecOut{wjp, wj->nb[1], wj->ne[1], reinterpret_cast<float*>(djp),
+                             static_cast<int64_t>(group[j]->nb[1] / sizeof(float))};
+    }
+    if (epilogue != nullptr) {
+      KITE_ASSIGN_OR_RETURN(uint8_t * ep, dev.address(epilogue));
+      const int64_t ld = static_cast<int64_t>(epilogue->nb[1] / sizeof(float));
+      if (epilogue->op == Op::kSwiglu) {
+        job.glu = reinterpret_cast<float*>(ep);
+        job.glu_ldd = ld;
+      } else {  // kAdd: the residual is the operand that is not this matmul
+        const Tensor* res = epilogue->src[epilogue->src[0] == n ? 1 : 0];
+        KITE_ASSIGN_OR_RETURN(uint8_t * rp, dev.address(res));
+        job.add = reinterpret_cast<const float*>(rp);
+        job.add_ld = static_cast<int64_t>(res->nb[1] / sizeof(float));
+        job.sum = reinterpret_cast<float*>(ep);
+        job.sum_ld = ld;
+      }
+    }
+    if (is_float(w->type)) {
+      KITE_LAUNCH(launch_mmv_float(tid(w->type), job, k, xf, ldx, static_cast<int>(cols), s));
+    } else {
+      KITE_ASSIGN_OR_RETURN(const Int8Activations q, int8_activations(dev, sc, x, act));
+      KITE_LAUNCH(launch_mmvq(tid(w->type), job, k, q.q, q.ds, static_cast<int>(cols), s));
+    }
     return ok_status();
   }
-  if (!is_float(w->type) && (cols <= kMaxMmvCols || use_mmq(dev, cols))) {  // int8 activations
-    KITE_ASSIGN_OR_RETURN(void* qp, dev.scratch(sc.q, static_cast<size_t>(k * cols), "int8 activation"));
-    KITE_ASSIGN_OR_RETURN(void* dsp, dev.scratch(sc.ds, static_cast<size_t>(k / 32 * cols) * 16, "activation scale"));
-    const auto* q = static_cast<const int8_t*>(qp);
-    const auto* ds = static_cast<const float*>(dsp);
-    KITE_LAUNCH(launch_quantize_act(xf, ldx, k, cols, static_cast<int8_t*>(qp), static_cast<float*>(dsp), s));
-    if (cols <= kMaxMmvCols) {
-      KITE_LAUNCH(launch_mmvq(tid(w->type), wp, w_row, k, m, q, ds, static_cast<int>(cols), dst, ldd, s));
-      return ok_status();
-    }
+  if (group.size() != 1 || epilogue != nullptr) return make_error("cuda: fused matmuls of ", cols, " columns");
+  if (!is_float(w->type) && use_mmq(dev, cols)) {  // int8 tensor cores
+    KITE_ASSIGN_OR_RETURN(const Int8Activations q, int8_activations(dev, sc, x, act));
     float* partial = nullptr;
     if (const int splits = mmq_splits(k, m, cols, dev.sm_count()); splits > 1) {
       KITE_ASSIGN_OR_RETURN(void* pp, dev.scratch(sc.split, static_cast<size_t>(splits * m * cols) * sizeof(float),
                                                   "split-k partial sums"));
       partial = static_cast<float*>(pp);
     }
-    KITE_LAUNCH(launch_mmq(tid(w->type), wp, w_row, k, m, q, ds, cols, dst, ldd, dev.sm_count(), partial, s));
+    KITE_LAUNCH(launch_mmq(tid(w->type), wp, w_row, k, m, q.q, q.ds, cols, dst, ldd, dev.sm_count(), partial, s));
     return ok_status();
   }
 
@@ -210,7 +274,7 @@ Status attention(Device& dev, OpScratch& sc, Tensor* n) {
   return ok_status();
 }
 
-Status rope(Device& dev, Tensor* n) {
+Result<RopeArgs> rope_args(Device& dev, Tensor* n) {
   const Tensor* x = n->src[0];
   RopeArgs a;
   KITE_ASSIGN_OR_RETURN(uint8_t * xp, dev.address(x));
@@ -229,7 +293,41 @@ Status rope(Device& dev, Tensor* n) {
     a.freq_factors = reinterpret_cast<const float*>(fp);
     if (a.scaling == 2) a.scaling = 0;
   }
-  KITE_LAUNCH(launch_rope(a, dev.stream()));
+  return a;
+}
+
+// One rope node, or two (a layer's queries and keys) in one launch.
+Status rope(Device& dev, Tensor* n, Tensor* second = nullptr) {
+  KITE_ASSIGN_OR_RETURN(const RopeArgs a, rope_args(dev, n));
+  if (second == nullptr) {
+    KITE_LAUNCH(launch_rope(a, dev.stream()));
+    return ok_status();
+  }
+  KITE_ASSIGN_OR_RETURN(const RopeArgs b, rope_args(dev, second));
+  KITE_LAUNCH(launch_rope(a, dev.stream(), &b));
+  return ok_status();
+}
+
+// A kv_write: its rows converted into the cache at their slots.
+Result<RowConversion> kv_write_rows(Device& dev, const Tensor* n) {
+  const Tensor* cache = n->src[0];
+  const Tensor* rows = n->src[1];
+  KITE_ASSIGN_OR_RETURN(uint8_t * cp, dev.address(cache));
+  KITE_ASSIGN_OR_RETURN(uint8_t * rp, dev.address(rows));
+  KITE_ASSIGN_OR_RETURN(uint8_t * sp, dev.address(n->src[2]));
+  return RowConversion{kF32, rows_of(rows, rp), tid(cache->type), rows_of(cache, cp),
+                       reinterpret_cast<const int32_t*>(sp), rows->ne[0], rows->n_rows()};
+}
+
+// One kv_write, or two (a layer's keys and values) in one launch.
+Status kv_write(Device& dev, const Tensor* n, const Tensor* second = nullptr) {
+  KITE_ASSIGN_OR_RETURN(const RowConversion a, kv_write_rows(dev, n));
+  if (second == nullptr) {
+    KITE_LAUNCH(launch_convert_rows(a, dev.stream()));
+    return ok_status();
+  }
+  KITE_ASSIGN_OR_RETURN(const RowConversion b, kv_write_rows(dev, second));
+  KITE_LAUNCH(launch_convert_rows(a, dev.stream(), &b));
   return ok_status();
 }
 
@@ -271,7 +369,7 @@ Status run_node(Device& dev, OpScratch& sc, Tensor* n) {
   switch (n->op) {
     case Op::kNone:
     case Op::kView: return ok_status();
-    case Op::kMulMat: return mul_mat(dev, sc, n);
+    case Op::kMulMat: return mul_mat(dev, sc, std::span<Tensor* const>(&n, 1));
     case Op::kAttention: return attention(dev, sc, n);
     case Op::kRope: return rope(dev, n);
     case Op::kAdd:
@@ -325,16 +423,7 @@ Status run_node(Device& dev, OpScratch& sc, Tensor* n) {
       }
       return ok_status();
     }
-    case Op::kKvWrite: {
-      const Tensor* cache = n->src[0];
-      const Tensor* rows = n->src[1];
-      KITE_ASSIGN_OR_RETURN(uint8_t * cp, dev.address(cache));
-      KITE_ASSIGN_OR_RETURN(uint8_t * rp, dev.address(rows));
-      KITE_ASSIGN_OR_RETURN(uint8_t * sp, dev.address(n->src[2]));
-      KITE_LAUNCH(launch_convert_rows(kF32, rows_of(rows, rp), tid(cache->type), rows_of(cache, cp),
-                                      reinterpret_cast<const int32_t*>(sp), rows->ne[0], rows->n_rows(), s));
-      return ok_status();
-    }
+    case Op::kKvWrite: return kv_write(dev, n);
     case Op::kTopK: {
       const Tensor* a = n->src[0];
       KITE_ASSIGN_OR_RETURN(uint8_t * ap, dev.address(a));
@@ -351,6 +440,111 @@ Status run_node(Device& dev, OpScratch& sc, Tensor* n) {
     case Op::kAllReduce: break;
   }
   return make_error("cuda: op ", op_name(n->op), " has no kernel");
+}
+
+namespace {
+
+// KITE_CUDA_FUSE=0: every node its own launches (read per step, so tests can compare).
+bool fusion_enabled() {
+  const char* env = std::getenv("KITE_CUDA_FUSE");
+  return env == nullptr || std::string_view(env) != "0";
+}
+
+// A matmul on the mat-vec kernels that can share a launch with `first`: same activations, same
+// weight type and k.
+bool joins_matvec(const Tensor* first, const Tensor* n) {
+  return n->op == Op::kMulMat && n->src[1] == first->src[1] && n->src[0]->type == first->src[0]->type &&
+         n->src[0]->ne[0] == first->src[0]->ne[0];
+}
+
+// swiglu(gate, up) of two [m, cols] matmul outputs of the group, written like them.
+bool is_glu_of(const Tensor* n, const Tensor* a, const Tensor* b) {
+  if (n->op != Op::kSwiglu || !((n->src[0] == a && n->src[1] == b) || (n->src[0] == b && n->src[1] == a)))
+    return false;
+  return n->ne == a->ne && a->ne == b->ne && n->n_rows() == a->ne[1] && uniform_rows(n);
+}
+
+// Whether two tensors' bytes overlap (each spans Tensor::nbytes() from its first element).
+bool overlaps(const Tensor* a, const Tensor* b) {
+  const auto a0 = reinterpret_cast<uintptr_t>(a->data), b0 = reinterpret_cast<uintptr_t>(b->data);
+  return a0 < b0 + b->nbytes() && b0 < a0 + a->nbytes();
+}
+
+// add(residual, mm) (either order) of a [m, cols] matmul output and a tensor of its shape.
+bool is_residual_add_of(const Tensor* n, const Tensor* mm) {
+  if (n->op != Op::kAdd || (n->src[0] == mm) == (n->src[1] == mm)) return false;
+  const Tensor* res = n->src[n->src[0] == mm ? 1 : 0];
+  return n->ne == mm->ne && res->ne == mm->ne && n->n_rows() == mm->ne[1] && uniform_rows(n) && uniform_rows(res);
+}
+
+}  // namespace
+
+Result<size_t> run_fused(Device& dev, OpScratch& sc, std::span<Tensor* const> nodes) {
+  Tensor* n = nodes[0];
+  if (!fusion_enabled()) {
+    sc.int8 = {};  // (no matmul reuses another's int8 activations either)
+    KITE_TRY(run_node(dev, sc, n));
+    return size_t{1};
+  }
+  if (nodes.size() < 2) {
+    KITE_TRY(run_node(dev, sc, n));
+    return size_t{1};
+  }
+  // A fused launch writes a later node's output while an earlier node's inputs are still being
+  // read: the planner keeps a node's output apart from the inputs of the node before it
+  // (planner.h), and the overlap checks below hold each fusion to that.
+  //
+  // Two ropes in a row (a layer's queries and keys).
+  if (n->op == Op::kRope && nodes[1]->op == Op::kRope && !overlaps(nodes[1], n->src[0]) &&
+      !overlaps(n, nodes[1]->src[0])) {
+    KITE_TRY(rope(dev, n, nodes[1]));
+    return size_t{2};
+  }
+  // Two kv_writes in a row (a layer's keys and values), both to Q8_0 or both to float caches.
+  if (n->op == Op::kKvWrite && nodes[1]->op == Op::kKvWrite &&
+      (n->src[0]->type == DType::Q8_0) == (nodes[1]->src[0]->type == DType::Q8_0) &&
+      !overlaps(nodes[1]->src[0], n->src[1]) && !overlaps(n->src[0], nodes[1]->src[1]) &&
+      !overlaps(n->src[0], nodes[1]->src[0])) {
+    KITE_TRY(kv_write(dev, n, nodes[1]));
+    return size_t{2};
+  }
+  // rms_norm feeding an int8 matmul: the norm's launch also quantizes its rows.
+  if (n->op == Op::kRmsNorm && int8_matmul(dev, nodes[1]) && nodes[1]->src[1] == n && n->src[0]->type == DType::F32 &&
+      n->ne[0] % 32 == 0 && n->nb[1] == static_cast<size_t>(n->ne[0]) * sizeof(float) && uniform_rows(n)) {
+    KITE_ASSIGN_OR_RETURN(uint8_t * a, dev.address(n->src[0]));
+    KITE_ASSIGN_OR_RETURN(uint8_t * d, dev.address(n));
+    const float* w = nullptr;
+    if (n->src[1] != nullptr) {
+      KITE_ASSIGN_OR_RETURN(uint8_t * wp, dev.address(n->src[1]));
+      w = reinterpret_cast<const float*>(wp);
+    }
+    KITE_ASSIGN_OR_RETURN(const Int8Activations q, int8_scratch(dev, sc, n));
+    KITE_LAUNCH(launch_rms_norm_quantize(reinterpret_cast<float*>(d), rows_of(n->src[0], a), w, n->params.f[0],
+                                         n->ne[0], n->n_rows(), q.q, q.ds, dev.stream()));
+    sc.int8 = q;
+    return size_t{1};
+  }
+  // Matmuls of one input on the mat-vec kernels (a layer's q, k, v; gate and up, with their
+  // swiglu; an output projection with its residual add): one launch.
+  if (n->op == Op::kMulMat && n->src[1]->n_rows() <= kMaxMmvCols) {
+    size_t count = 1;
+    while (count < nodes.size() && count < static_cast<size_t>(kMaxMatVecOuts) && joins_matvec(n, nodes[count]))
+      ++count;
+    if (count == 2 && nodes.size() > 2 && is_glu_of(nodes[2], nodes[0], nodes[1]) &&
+        !overlaps(nodes[2], n->src[1])) {
+      Tensor* const pair[2] = {nodes[2]->src[0], nodes[2]->src[1]};  // gate, up
+      KITE_TRY(mul_mat(dev, sc, pair, nodes[2]));
+      return size_t{3};
+    }
+    if (count == 1 && is_residual_add_of(nodes[1], n) && !overlaps(nodes[1], n->src[1])) {
+      KITE_TRY(mul_mat(dev, sc, nodes.first(1), nodes[1]));
+      return size_t{2};
+    }
+    KITE_TRY(mul_mat(dev, sc, nodes.first(count)));
+    return count;
+  }
+  KITE_TRY(run_node(dev, sc, n));
+  return size_t{1};
 }
 
 }  // namespace kite::cuda

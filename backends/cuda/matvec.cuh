@@ -1,0 +1,107 @@
+// kite/backends/cuda/matvec.cuh — how a mat-vec launch (kernels.h MatVecJob: up to three weights
+// against the same activation columns, optionally with the gated-linear epilogue) spreads its
+// weights' rows over blocks, one row a warp, and how a warp stores what it summed. Shared by the
+// int8 kernels (mmvq.cuh) and the float-weight one (k_mmv.cu). Internal to backends/cuda.
+#pragma once
+
+#include <type_traits>
+
+#include "backends/cuda/kernels.h"
+#include "backends/cuda/warp.cuh"
+
+namespace kite::cuda {
+
+inline constexpr int kMatVecWarps = 4;  // rows per block
+
+// A MatVecJob as its kernel reads it: output j owns blocks first_block[j] .. first_block[j + 1] - 1.
+// With GLU every block belongs to output 0, and its warps take a row of both gate and up.
+struct MatVecGrid {
+  MatVecJob job;
+  unsigned first_block[kMaxMatVecOuts];
+  unsigned blocks;
+};
+
+inline MatVecGrid matvec_grid(const MatVecJob& job) {
+  MatVecGrid g{job, {}, 0};
+  const int outs = job.glu != nullptr ? 1 : job.n_out;
+  for (int j = 0; j < kMaxMatVecOuts; ++j) {
+    g.first_block[j] = j < outs ? g.blocks : ~0u;
+    if (j < outs) g.blocks += static_cast<unsigned>((job.out[j].m + kMatVecWarps - 1) / kMatVecWarps);
+  }
+  return g;
+}
+
+// silu(x) * z rounded as Op::kSwiglu's kernel (k_elementwise.cu, which calls this) rounds it.
+__device__ __forceinline__ float silu_mul(float x, float z) { return __fmul_rn(x / (1.f + expf(-x)), z); }
+
+// The int8 activations (kernels.h launch_quantize_act): a warp holds element `lane` of a
+// 32-element block in v; d = amax / 127, q = round(v / d), and lane 0 stores the block's float4
+// {d, d * sum(q[0..15]), d * sum(q[16..31]), 0}.
+__device__ __forceinline__ void quantize_act_block(float v, int lane, int8_t* q, float4* ds) {
+  const float d = warp_max(fabsf(v)) / 127.f;
+  const float id = d != 0.f ? 1.f / d : 0.f;
+  const int qi = static_cast<int>(roundf(v * id));
+  q[lane] = static_cast<int8_t>(qi);
+  const int s0 = warp_sum_i(lane < 16 ? qi : 0);
+  const int s1 = warp_sum_i(lane < 16 ? 0 : qi);
+  if (lane == 0) *ds = make_float4(d, d * static_cast<float>(s0), d * static_cast<float>(s1), 0.f);
+}
+
+// The output block b computes, and its row for warp `warp` (by selects: no indexing into the
+// kernel's parameters).
+__device__ __forceinline__ MatVecOut matvec_out(const MatVecGrid& g, unsigned b, int warp, int64_t* row) {
+  const int j = b >= g.first_block[2] ? 2 : b >= g.first_block[1] ? 1 : 0;
+  *row = static_cast<int64_t>(b - g.first_block[j]) * kMatVecWarps + warp;
+  return j == 0 ? g.job.out[0] : j == 1 ? g.job.out[1] : g.job.out[2];
+}
+
+// Sums each lane's partial dots of `row` (acc; with GLU also up's, of out[1]'s row) over the warp
+// and stores them, with the job's epilogue (the glu product, or the residual sum).
+template <int NC, bool GLU>
+__device__ __forceinline__ void matvec_store(const MatVecGrid& g, const MatVecOut& o, int64_t row, int lane,
+                                             const float (&acc)[NC], const float (&up)[NC]) {
+#pragma unroll
+  for (int c = 0; c < NC; ++c) {
+    const float v = warp_sum(acc[c]);
+    if (GLU) {
+      const float u = warp_sum(up[c]);
+      if (lane == 0) {
+        o.dst[c * o.ldd + row] = v;
+        g.job.out[1].dst[c * g.job.out[1].ldd + row] = u;
+        g.job.glu[c * g.job.glu_ldd + row] = silu_mul(v, u);
+      }
+    } else if (lane == 0) {
+      o.dst[c * o.ldd + row] = v;
+      if (g.job.sum != nullptr) g.job.sum[c * g.job.sum_ld + row] = g.job.add[c * g.job.add_ld + row] + v;
+    }
+  }
+}
+
+// Launches kernel<NC, GLU> for n = 1..kMaxMmvCols columns: kernel_for(integral_constant<int, NC>,
+// bool_constant<GLU>) returns the kernel, launch(kernel) launches it.
+template <class Pick, class Launch>
+cudaError_t matvec_dispatch(int n, bool glu, Pick pick, Launch launch) {
+  auto go = [&](auto nc) { glu ? launch(pick(nc, std::true_type{})) : launch(pick(nc, std::false_type{})); };
+  switch (n) {
+    case 1: go(std::integral_constant<int, 1>{}); break;
+    case 2: go(std::integral_constant<int, 2>{}); break;
+    case 3: go(std::integral_constant<int, 3>{}); break;
+    case 4: go(std::integral_constant<int, 4>{}); break;
+    case 5: go(std::integral_constant<int, 5>{}); break;
+    case 6: go(std::integral_constant<int, 6>{}); break;
+    case 7: go(std::integral_constant<int, 7>{}); break;
+    case 8: go(std::integral_constant<int, 8>{}); break;
+    default: return cudaErrorInvalidValue;
+  }
+  return cudaGetLastError();
+}
+
+// Whether a job is well formed: 1..kMaxMatVecOuts outputs; GLU: two of equal m; a sum: one.
+inline bool matvec_job_ok(const MatVecJob& job) {
+  if (job.n_out < 1 || job.n_out > kMaxMatVecOuts) return false;
+  if (job.glu != nullptr && (job.n_out != 2 || job.out[0].m != job.out[1].m)) return false;
+  if (job.sum != nullptr && (job.n_out != 1 || job.glu != nullptr || job.add == nullptr)) return false;
+  return true;
+}
+
+}  // namespace kite::cuda
