@@ -154,7 +154,7 @@ bw_flag=()
 [ -n "$bw" ] && bw_flag=(--bandwidth "$bw")
 
 # The GPU tests (kite-tests): clean errors, kite run, greedy equality first (quick), the rest later.
-tests_quick="cuda: without*,cuda: cuBLAS*,cuda: kite run*,cuda: greedy*"
+tests_quick="cuda: without*,cuda: cuBLAS*,cuda: kite run*,cuda: greedy*,cuda: fused*"
 tests_rest="cuda: every GGUF*,cuda: a sequence*,cuda: mmq*,cuda: contexts*,cuda: the last*,cuda: decode steps*"
 KEEP_TESTS='test cases|assertions|ERROR|FAILED|on cuda|greedy tokens|diverged|skipped|nmse|as graphs|graph capture'
 if [ -z "${SKIP_TESTS:-}" ]; then

@@ -34,6 +34,7 @@ __global__ void quantize_act_kernel(const float* x, size_t ldx, int64_t k, int64
 template <int NC>
 __device__ __forceinline__ void mmv_float_dot(int type, const uint8_t* wr, int64_t k, const float* x, size_t ldx,
                                               int lane, float (&acc)[NC]) {
+  KITE_ASSUME_GLOBAL(wr);
   if (type == kF16 && k % 2 == 0) {
     const auto* w2 = reinterpret_cast<const __half2*>(wr);
     for (int64_t i = lane; i < k / 2; i += 32) {

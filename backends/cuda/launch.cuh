@@ -18,8 +18,12 @@
   auto& name = *static_cast<std::add_pointer_t<__VA_ARGS__>>(                                 \
       ::kite::cuda::emu::static_shared(&KITE_EMU_TAG_(name), sizeof(__VA_ARGS__), alignof(__VA_ARGS__)))
 #define KITE_EMU_TAG_(name) kite_shared_tag_##name
+// KITE_ASSUME_GLOBAL(p): p points into global memory (nvcc then emits global loads and stores
+// through it, not generic ones: it cannot tell by itself for a pointer read from a struct).
+#define KITE_ASSUME_GLOBAL(p) ((void)(p))
 #else
 #define KITE_KERNEL(grid, block, shared_bytes, stream, ...) __VA_ARGS__<<<grid, block, shared_bytes, stream>>>
+#define KITE_ASSUME_GLOBAL(p) __builtin_assume(__isGlobal(p))
 #define KITE_DYNAMIC_SHARED(type, name) extern __shared__ type name[]
 #define KITE_SHARED(name, ...) __shared__ ::kite::cuda::SharedType<__VA_ARGS__> name
 namespace kite::cuda {

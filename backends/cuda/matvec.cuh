@@ -7,6 +7,7 @@
 #include <type_traits>
 
 #include "backends/cuda/kernels.h"
+#include "backends/cuda/launch.cuh"
 #include "backends/cuda/warp.cuh"
 
 namespace kite::cuda {
@@ -31,8 +32,9 @@ inline MatVecGrid matvec_grid(const MatVecJob& job) {
   return g;
 }
 
-// silu(x) * z rounded as Op::kSwiglu's kernel (k_elementwise.cu, which calls this) rounds it.
-__device__ __forceinline__ float silu_mul(float x, float z) { return __fmul_rn(x / (1.f + expf(-x)), z); }
+// silu(x) * z, as Op::kSwiglu's kernel (k_elementwise.cu) computes it: every step rounded on its
+// own (no contraction into a multiply-add), so both call sites give the same bits.
+__device__ __forceinline__ float silu_mul(float x, float z) { return __fmul_rn(x / __fadd_rn(1.f, expf(-x)), z); }
 
 // The int8 activations (kernels.h launch_quantize_act): a warp holds element `lane` of a
 // 32-element block in v; d = amax / 127, q = round(v / d), and lane 0 stores the block's float4
@@ -63,16 +65,23 @@ __device__ __forceinline__ void matvec_store(const MatVecGrid& g, const MatVecOu
 #pragma unroll
   for (int c = 0; c < NC; ++c) {
     const float v = warp_sum(acc[c]);
+    KITE_ASSUME_GLOBAL(o.dst);
     if (GLU) {
       const float u = warp_sum(up[c]);
       if (lane == 0) {
+        KITE_ASSUME_GLOBAL(g.job.out[1].dst);
+        KITE_ASSUME_GLOBAL(g.job.glu);
         o.dst[c * o.ldd + row] = v;
         g.job.out[1].dst[c * g.job.out[1].ldd + row] = u;
         g.job.glu[c * g.job.glu_ldd + row] = silu_mul(v, u);
       }
     } else if (lane == 0) {
       o.dst[c * o.ldd + row] = v;
-      if (g.job.sum != nullptr) g.job.sum[c * g.job.sum_ld + row] = g.job.add[c * g.job.add_ld + row] + v;
+      if (g.job.sum != nullptr) {
+        KITE_ASSUME_GLOBAL(g.job.add);
+        KITE_ASSUME_GLOBAL(g.job.sum);
+        g.job.sum[c * g.job.sum_ld + row] = g.job.add[c * g.job.add_ld + row] + v;
+      }
     }
   }
 }

@@ -17,6 +17,7 @@ namespace kite::cuda {
 template <int T, int NC>
 __device__ __forceinline__ void mmvq_dot(const uint8_t* wr, int n_units, const int8_t* q, const float4* ds, int lane,
                                          float (&acc)[NC]) {
+  KITE_ASSUME_GLOBAL(wr);
   for (int un = lane; un < n_units; un += 32) {
     Unit u;
     load_unit<T>(wr, un, u);

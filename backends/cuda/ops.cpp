@@ -299,12 +299,11 @@ Result<RopeArgs> rope_args(Device& dev, Tensor* n) {
 // One rope node, or two (a layer's queries and keys) in one launch.
 Status rope(Device& dev, Tensor* n, Tensor* second = nullptr) {
   KITE_ASSIGN_OR_RETURN(const RopeArgs a, rope_args(dev, n));
-  if (second == nullptr) {
-    KITE_LAUNCH(launch_rope(a, dev.stream()));
-    return ok_status();
+  RopeArgs b;
+  if (second != nullptr) {
+    KITE_ASSIGN_OR_RETURN(b, rope_args(dev, second));
   }
-  KITE_ASSIGN_OR_RETURN(const RopeArgs b, rope_args(dev, second));
-  KITE_LAUNCH(launch_rope(a, dev.stream(), &b));
+  KITE_LAUNCH(launch_rope(a, dev.stream(), second != nullptr ? &b : nullptr));
   return ok_status();
 }
 
@@ -322,12 +321,11 @@ Result<RowConversion> kv_write_rows(Device& dev, const Tensor* n) {
 // One kv_write, or two (a layer's keys and values) in one launch.
 Status kv_write(Device& dev, const Tensor* n, const Tensor* second = nullptr) {
   KITE_ASSIGN_OR_RETURN(const RowConversion a, kv_write_rows(dev, n));
-  if (second == nullptr) {
-    KITE_LAUNCH(launch_convert_rows(a, dev.stream()));
-    return ok_status();
+  RowConversion b;
+  if (second != nullptr) {
+    KITE_ASSIGN_OR_RETURN(b, kv_write_rows(dev, second));
   }
-  KITE_ASSIGN_OR_RETURN(const RowConversion b, kv_write_rows(dev, second));
-  KITE_LAUNCH(launch_convert_rows(a, dev.stream(), &b));
+  KITE_LAUNCH(launch_convert_rows(a, dev.stream(), second != nullptr ? &b : nullptr));
   return ok_status();
 }
 
