@@ -224,7 +224,7 @@ for m in $models; do
     run_step "ops conformance" 90 "$bin/kite-tests" -tc="ops:*" --duration=true
   fi
   if [ $first = 1 ]; then
-    # Fused launches (backends/cuda/ops.cpp run_fused: 12 launches a llama layer's decode step
+    # Fused launches (backends/cuda/ops.cpp run_fused: 10 launches a llama layer's decode step
     # instead of 24) against one launch per op, on the 1B shape, where launches weigh most.
     KEEP='^\||^\{'
     for fuse in 1 0; do

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <functional>
 
 #include "src/core/backend.h"
 #include "tests/gpu_checks.h"
@@ -245,75 +246,93 @@ TEST_CASE("cuda: decode steps replayed as CUDA graphs give the eager steps' logi
 #endif
 }
 
+#ifdef KITE_CUDA
+// Two contexts on one model, one run with the CUDA backend's fusions and one without
+// (KITE_CUDA_FUSE=0, read at every step).
+struct FusedPair {
+  std::string model;
+  std::unique_ptr<Context> fused, plain;
+  // Runs `step` on both contexts, then checks that the first `rows` rows of logits are equal;
+  // returns the launches (fused, unfused) on the emulator.
+  std::pair<uint64_t, uint64_t> both(size_t rows, const std::function<Status(Context&)>& step) {
+    std::pair<uint64_t, uint64_t> launches{0, 0};
+    for (const bool fuse : {true, false}) {
+      const ops_test::ScopedEnv env("KITE_CUDA_FUSE", fuse ? nullptr : "0");
+#ifdef KITE_CUDA_EMU
+      const uint64_t before = cuda::emu::counters().launches;
+#endif
+      const Status st = step(fuse ? *fused : *plain);
+      REQUIRE_MESSAGE(st.ok(), model, ": ", (st.ok() ? std::string() : st.error().message));
+#ifdef KITE_CUDA_EMU
+      (fuse ? launches.first : launches.second) = cuda::emu::counters().launches - before;
+#endif
+    }
+    for (size_t i = 0; i < rows; ++i) {
+      const auto a = fused->logits(i), b = plain->logits(i);
+      CHECK_MESSAGE(std::equal(a.begin(), a.end(), b.begin(), b.end()), model, ": logits row ", i);
+    }
+    return launches;
+  }
+};
+#endif
+
 TEST_CASE("cuda: fused launches give the unfused logits bit for bit, in fewer launches") {
   if (!have_gpu("fused launches")) return;
 #ifdef KITE_CUDA
   // KITE_CUDA_FUSE is read at every step, so one context of each kind runs the same steps with
   // and without the fusions (ops.cpp run_fused): an rms_norm that also quantizes its rows for the
-  // int8 matmuls after it, q/k/v as one mat-vec launch, gate/up with their swiglu as another,
-  // the output projections with their residual adds, the two ropes, the two cache writes. Each
-  // node's arithmetic is the unfused one's, so the logits must be equal to the bit. Graphs are
-  // off so that the emulator counts every step's launches.
+  // int8 matmuls after it (and attention for the output projection), q/k/v as one mat-vec
+  // launch, gate/up with their swiglu as another, the output projections with their residual
+  // adds, the two ropes, the two cache writes. Each node's arithmetic is the unfused one's, so
+  // the logits must be equal to the bit. Graphs are off so that the emulator counts every
+  // step's launches.
   const ops_test::ScopedEnv op_by_op("KITE_CUDA_GRAPHS", "0");
   struct Case {
     const char* model;
     int64_t saved_per_layer;  // launches a decode step saves per layer
     DType kv_type = DType::F16;
   };
-  // int8 weights: the quantizations of q, k, v, gate and up's input (done by the norms), 3
-  // mat-vecs, the swiglu, 2 adds, a rope and a cache write; float weights (no int8
-  // activations): all but the quantizations.
-  for (const Case& tc : {Case{"gguf/llama-draft-Q4_K_M.gguf", 13}, Case{"gguf/llama-draft-Q8_0.gguf", 13},
+  // int8 weights: the quantizations of q, k, v, gate and up's input (done by the norms) and of
+  // the attention output (done by the attention), 3 mat-vecs, the swiglu, 2 adds, a rope and a
+  // cache write; float weights (no int8 activations): all but the quantizations.
+  for (const Case& tc : {Case{"gguf/llama-draft-Q4_K_M.gguf", 14}, Case{"gguf/llama-draft-Q8_0.gguf", 14},
                          Case{"gguf/qwen2-tiny-f16.gguf", 8}, Case{"gguf/qwen3-tiny-f16.gguf", 8, DType::Q8_0}}) {
     const LoadedModel& l = load_model(tc.model);
-    auto fused = make_device_ctx(l, "cuda", 256, 2, tc.kv_type), plain = make_device_ctx(l, "cuda", 256, 2, tc.kv_type);
-    // Runs `step` on both contexts; returns the launches (fused, unfused) on the emulator.
-    auto both = [&](auto&& step) {
-      std::pair<uint64_t, uint64_t> launches{0, 0};
-      for (const bool fuse : {true, false}) {
-        const ops_test::ScopedEnv env("KITE_CUDA_FUSE", fuse ? nullptr : "0");
-#ifdef KITE_CUDA_EMU
-        const uint64_t before = cuda::emu::counters().launches;
-#endif
-        const Status st = step(fuse ? *fused : *plain);
-        REQUIRE_MESSAGE(st.ok(), std::string(tc.model), ": ", (st.ok() ? std::string() : st.error().message));
-#ifdef KITE_CUDA_EMU
-        (fuse ? launches.first : launches.second) = cuda::emu::counters().launches - before;
-#endif
-      }
-      return launches;
-    };
-    auto same_logits = [&](size_t rows) {
-      for (size_t i = 0; i < rows; ++i) {
-        const auto a = fused->logits(i), b = plain->logits(i);
-        CHECK_MESSAGE(std::equal(a.begin(), a.end(), b.begin(), b.end()), std::string(tc.model), ": logits row ", i);
-      }
-    };
+    FusedPair p{tc.model, make_device_ctx(l, "cuda", 256, 2, tc.kv_type), make_device_ctx(l, "cuda", 256, 2, tc.kv_type)};
     EncodeOptions eo;
     // A 20-token prompt (9+ columns: the int8 tensor-core matmul shares its activations too), then
     // a short one, then decode steps of one and two sequences.
     const std::vector<int32_t> p0 = l.tok->encode("Once upon a time, the citizens of the old town gathered by the river", eo);
     const std::vector<int32_t> p1 = l.tok->encode("The king said", eo);
-    both([&](Context& c) { return c.eval(p0, 0); });
-    same_logits(1);
-    both([&](Context& c) { return c.eval(p1, 1); });
-    same_logits(1);
-    int32_t t0 = argmax_of(plain->logits(0)), t1 = t0;
+    p.both(1, [&](Context& c) { return c.eval(p0, 0); });
+    p.both(1, [&](Context& c) { return c.eval(p1, 1); });
+    int32_t t0 = argmax_of(p.plain->logits(0)), t1 = t0;
     for (int step = 0; step < 6; ++step) {
       const BatchToken two[2] = {{t0, 0, true}, {t1, 1, true}};
       const std::span<const BatchToken> batch(two, step < 3 ? 1 : 2);
-      [[maybe_unused]] const auto [f, u] = both([&](Context& c) { return c.decode(batch); });
-      same_logits(batch.size());
-      t0 = argmax_of(plain->logits(0));
-      t1 = argmax_of(plain->logits(batch.size() - 1));
+      [[maybe_unused]] const auto [f, u] = p.both(batch.size(), [&](Context& c) { return c.decode(batch); });
+      t0 = argmax_of(p.plain->logits(0));
+      t1 = argmax_of(p.plain->logits(batch.size() - 1));
 #ifdef KITE_CUDA_EMU
       if (step == 0 || step == 3) {
-        MESSAGE(std::string(tc.model), ": a decode step of ", batch.size(), " sequence(s): ", f, " launches fused, ",
-                u, " unfused");
+        MESSAGE(p.model, ": a decode step of ", batch.size(), " sequence(s): ", f, " launches fused, ", u, " unfused");
         CHECK(u - f >= static_cast<uint64_t>(tc.saved_per_layer * l.model->hparams().n_layer));
       }
 #endif
     }
+  }
+  // Past one attention chunk (512 keys) a decode row's chunks are merged by a second kernel,
+  // which then writes the int8 activations.
+  const LoadedModel& l = load_model("gguf/llama-draft-Q4_K_M.gguf");
+  FusedPair p{"llama-draft-Q4_K_M at 600 tokens", make_device_ctx(l, "cuda", 1024), make_device_ctx(l, "cuda", 1024)};
+  EncodeOptions eo;
+  std::vector<int32_t> prompt = l.tok->encode(read_file(testdata("heldout.txt")), eo);
+  REQUIRE(prompt.size() > 600);
+  prompt.resize(600);
+  p.both(1, [&](Context& c) { return c.eval(prompt, 0); });
+  for (int step = 0; step < 2; ++step) {
+    const BatchToken t{argmax_of(p.plain->logits(0)), 0, true};
+    p.both(1, [&](Context& c) { return c.decode(std::span<const BatchToken>(&t, 1)); });
   }
 #endif
 }

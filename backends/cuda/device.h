@@ -158,8 +158,8 @@ struct OpScratch {
 };
 Status run_node(Device& dev, OpScratch& scratch, Tensor* n);
 // Runs nodes[0], and with it the nodes after it that the same launches can compute (unless
-// KITE_CUDA_FUSE=0): an rms_norm that also quantizes its rows for the int8 matmuls after it
-// (which then share them); matmuls of one input on the mat-vec kernels (up to kMaxMatVecOuts
+// KITE_CUDA_FUSE=0): an rms_norm, or an attention of decode rows, that also quantizes its rows
+// for the int8 matmuls after it (which then share them); matmuls of one input on the mat-vec kernels (up to kMaxMatVecOuts
 // weights of one type), with the swiglu of a gate/up pair, or one with the residual add after
 // it; two ropes; two kv_writes. Every node's result is still written. Returns how many ran.
 Result<size_t> run_fused(Device& dev, OpScratch& scratch, std::span<Tensor* const> nodes);

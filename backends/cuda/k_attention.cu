@@ -15,6 +15,7 @@
 
 #include "backends/cuda/attention.cuh"
 #include "backends/cuda/launch.cuh"
+#include "backends/cuda/matvec.cuh"
 #include "backends/cuda/warp.cuh"
 
 namespace kite::cuda {
@@ -24,6 +25,15 @@ constexpr int kTile = 64;       // keys scored per pass
 constexpr int kThreads = 128;
 constexpr int kMaxGroup = 16;
 constexpr int kMaxHd = 256;
+
+// Element i of token t's output, v, into the int8 activations (AttentionArgs::q8): the warp
+// holds a whole 32-element block of the row (hd % 32 == 0, and a warp's 32 threads take 32
+// consecutive elements), which it quantizes as launch_quantize_act does.
+__device__ __forceinline__ void store_int8(const AttentionArgs& a, int t, int i, float v) {
+  const int64_t k = static_cast<int64_t>(a.hd) * a.n_kv * a.group;
+  const int lane = threadIdx.x % 32;
+  quantize_act_block(v, lane, a.q8 + t * k + (i - lane), reinterpret_cast<float4*>(a.q8_ds) + (t * k + i) / 32);
+}
 
 __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionArgs a) {
   KITE_DYNAMIC_SHARED(float, sm);
@@ -128,7 +138,9 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionArgs a) {
     float* out = a.out + static_cast<int64_t>(t) * n_head * hd;
     for (int idx = tid; idx < G * hd; idx += blockDim.x) {
       const int h = idx / hd;
-      out[(g * G) * hd + idx] = acc[idx] * (1.f / ls[h]);
+      const float v = acc[idx] * (1.f / ls[h]);
+      out[(g * G) * hd + idx] = v;
+      if (a.q8 != nullptr) store_int8(a, t, (g * G) * hd + idx, v);
     }
     return;
   }
@@ -161,6 +173,7 @@ __global__ void attention_merge_kernel(AttentionArgs a) {
     float o = 0.f;
     for (int c = 0; c < sp.n_chunks; ++c) o += expf(part[c * stride] - mx) * part[c * stride + 2 + d];
     out[d] = o * inv;
+    if (a.q8 != nullptr) store_int8(a, t, h * hd + d, o * inv);
   }
 }
 
@@ -188,6 +201,7 @@ bool attention_shape_ok(int hd, int group) {
 cudaError_t launch_attention(const AttentionArgs& a, cudaStream_t s) {
   if (a.n_tok == 0) return cudaSuccess;
   if (!attention_shape_ok(a.hd, a.group)) return cudaErrorInvalidValue;
+  if (a.q8 != nullptr && (a.q8_ds == nullptr || a.tc_min_run != 0 || a.hd % 32 != 0)) return cudaErrorInvalidValue;
   if (a.tc_min_run > 0) {
     if (const cudaError_t e = launch_attention_tc_pass(a, s); e != cudaSuccess) return e;
   }

@@ -171,6 +171,11 @@ struct AttentionArgs {
   // take the tensor-core kernel, the others (decode) the CUDA-core one; 0: all the CUDA-core
   // one. A row's path thus depends on its own sequence's rows only.
   int tc_min_run = 0;
+  // Optional, with every row on the CUDA-core kernel (tc_min_run 0) and hd % 32 == 0: out's int8
+  // activations too (launch_quantize_act's q and ds of out, k = hd * n_head), for the output
+  // projection after it.
+  int8_t* q8 = nullptr;
+  float* q8_ds = nullptr;
 };
 // Chunks a token's keys may be split into, for a context of at most `max_ctx` positions.
 int attention_max_chunks(int64_t max_ctx);
@@ -180,7 +185,8 @@ bool attention_shape_ok(int hd, int group);
 // allowed): head size 64 or 128, F16 or Q8_0 caches.
 bool attention_tc_ok(const AttentionArgs& a);
 // The CUDA-core kernel (every shape attention_shape_ok takes) and, with tc_min_run > 0, the
-// tensor-core one, each for its rows; then the merge of split tokens.
+// tensor-core one, each for its rows; then the merge of split tokens. (An invalid q8 request:
+// cudaErrorInvalidValue.)
 cudaError_t launch_attention(const AttentionArgs& a, cudaStream_t s);
 
 // ---- bandwidth (k_bandwidth.cu) -----------------------------------------------------------

@@ -1,7 +1,8 @@
 // kite/backends/cuda/matvec.cuh — how a mat-vec launch (kernels.h MatVecJob: up to three weights
-// against the same activation columns, optionally with the gated-linear epilogue) spreads its
-// weights' rows over blocks, one row a warp, and how a warp stores what it summed. Shared by the
-// int8 kernels (mmvq.cuh) and the float-weight one (k_mmv.cu). Internal to backends/cuda.
+// against the same activation columns, optionally with the swiglu or residual-add epilogue)
+// spreads its weights' rows over blocks, one row a warp, and how a warp stores what it summed;
+// and the int8 activations' quantization. Shared by the int8 kernels (mmvq.cuh), the float-weight
+// one (k_mmv.cu) and the elementwise ones (k_elementwise.cu). Internal to backends/cuda.
 #pragma once
 
 #include <type_traits>
@@ -86,7 +87,7 @@ __device__ __forceinline__ void matvec_store(const MatVecGrid& g, const MatVecOu
   }
 }
 
-// Launches kernel<NC, GLU> for n = 1..kMaxMmvCols columns: kernel_for(integral_constant<int, NC>,
+// Launches kernel<NC, GLU> for n = 1..kMaxMmvCols columns: pick(integral_constant<int, NC>,
 // bool_constant<GLU>) returns the kernel, launch(kernel) launches it.
 template <class Pick, class Launch>
 cudaError_t matvec_dispatch(int n, bool glu, Pick pick, Launch launch) {

@@ -13,7 +13,7 @@
 // cores where the shape allows (k_attention_tc.cu), decode rows on the CUDA-core kernel.
 //
 // run_fused: neighbouring nodes that one launch can compute together (device.h), so that a
-// decode step of a llama layer is 12 launches instead of 24; every node's result still lands
+// decode step of a llama layer is 10 launches instead of 24; every node's result still lands
 // where the planner put it, with the bits of its own kernel.
 #include <algorithm>
 #include <cstdlib>
@@ -232,7 +232,9 @@ Status mul_mat(Device& dev, OpScratch& sc, std::span<Tensor* const> group, Tenso
   return ok_status();
 }
 
-Status attention(Device& dev, OpScratch& sc, Tensor* n) {
+// With `int8_out` (an int8 matmul of the output follows) the launch also writes the output's
+// int8 activations where it can: decode rows only, hd a multiple of 32.
+Status attention(Device& dev, OpScratch& sc, Tensor* n, bool int8_out = false) {
   const Tensor* q = n->src[0];
   const Tensor* kc = n->src[1];
   const Tensor* vc = n->src[2];
@@ -270,6 +272,14 @@ Status attention(Device& dev, OpScratch& sc, Tensor* n) {
     a.part = static_cast<float*>(p);
   }
   a.tc_min_run = attention_tc_min_run(a);
+  if (int8_out && a.tc_min_run == 0 && a.hd % 32 == 0 && n->nb[1] == n->row_bytes()) {
+    KITE_ASSIGN_OR_RETURN(const Int8Activations q8, int8_scratch(dev, sc, n));
+    a.q8 = q8.q;
+    a.q8_ds = q8.ds;
+    KITE_LAUNCH(launch_attention(a, dev.stream()));
+    sc.int8 = q8;
+    return ok_status();
+  }
   KITE_LAUNCH(launch_attention(a, dev.stream()));
   return ok_status();
 }
@@ -505,6 +515,12 @@ Result<size_t> run_fused(Device& dev, OpScratch& sc, std::span<Tensor* const> no
       !overlaps(n->src[0], nodes[1]->src[0])) {
     KITE_TRY(kv_write(dev, n, nodes[1]));
     return size_t{2};
+  }
+  // Attention feeding an int8 matmul (the output projection): its launch also quantizes the
+  // rows it writes, when they are all decode rows.
+  if (n->op == Op::kAttention && int8_matmul(dev, nodes[1]) && nodes[1]->src[1] == n) {
+    KITE_TRY(attention(dev, sc, n, true));
+    return size_t{1};
   }
   // rms_norm feeding an int8 matmul: the norm's launch also quantizes its rows.
   if (n->op == Op::kRmsNorm && int8_matmul(dev, nodes[1]) && nodes[1]->src[1] == n && n->src[0]->type == DType::F32 &&
