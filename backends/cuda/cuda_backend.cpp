@@ -140,6 +140,7 @@ class CudaBackend final : public Backend {
 
   Status run_eager(std::span<Tensor* const> nodes) {
     scratch_.int8 = {};  // (the scratch's int8 activations were another step's tensors')
+    const bool fuse = fusion_enabled();
     for (size_t i = 0; i < nodes.size();) {
       Tensor* n = nodes[i];
       if (n->op == Op::kAllReduce) {  // (tensor parallelism: the sum is queued on the stream)
@@ -152,7 +153,7 @@ class CudaBackend final : public Backend {
         ++i;
         continue;
       }
-      Result<size_t> ran = run_fused(*dev_, scratch_, nodes.subspan(i));
+      Result<size_t> ran = run_fused(*dev_, scratch_, nodes.subspan(i), fuse);
       if (!ran) return ran.error().with_context(std::string("cuda: ") + op_name(n->op) + " '" + n->name + "'");
       i += *ran;
     }

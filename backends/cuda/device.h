@@ -157,11 +157,14 @@ struct OpScratch {
   Int8Activations int8;
 };
 Status run_node(Device& dev, OpScratch& scratch, Tensor* n);
-// Runs nodes[0], and with it the nodes after it that the same launches can compute (unless
-// KITE_CUDA_FUSE=0): an rms_norm, or an attention of decode rows, that also quantizes its rows
-// for the int8 matmuls after it (which then share them); matmuls of one input on the mat-vec kernels (up to kMaxMatVecOuts
-// weights of one type), with the swiglu of a gate/up pair, or one with the residual add after
-// it; two ropes; two kv_writes. Every node's result is still written. Returns how many ran.
-Result<size_t> run_fused(Device& dev, OpScratch& scratch, std::span<Tensor* const> nodes);
+// KITE_CUDA_FUSE=0 turns the fusions off (read once per step, so tests can compare).
+bool fusion_enabled();
+// Runs nodes[0], and with it, when `fuse`, the nodes after it that the same launches can
+// compute: an rms_norm, or an attention of decode rows, that also quantizes its rows for the
+// int8 matmuls after it (which then share them); matmuls of one input on the mat-vec kernels
+// (up to kMaxMatVecOuts weights of one type), with the swiglu of a gate/up pair, or one with the
+// residual add after it; two ropes; two kv_writes. Every node's result is still written.
+// Returns how many ran.
+Result<size_t> run_fused(Device& dev, OpScratch& scratch, std::span<Tensor* const> nodes, bool fuse);
 
 }  // namespace kite::cuda

@@ -450,13 +450,12 @@ Status run_node(Device& dev, OpScratch& sc, Tensor* n) {
   return make_error("cuda: op ", op_name(n->op), " has no kernel");
 }
 
-namespace {
-
-// KITE_CUDA_FUSE=0: every node its own launches (read per step, so tests can compare).
 bool fusion_enabled() {
   const char* env = std::getenv("KITE_CUDA_FUSE");
   return env == nullptr || std::string_view(env) != "0";
 }
+
+namespace {
 
 // A matmul on the mat-vec kernels that can share a launch with `first`: same activations, same
 // weight type and k.
@@ -487,9 +486,9 @@ bool is_residual_add_of(const Tensor* n, const Tensor* mm) {
 
 }  // namespace
 
-Result<size_t> run_fused(Device& dev, OpScratch& sc, std::span<Tensor* const> nodes) {
+Result<size_t> run_fused(Device& dev, OpScratch& sc, std::span<Tensor* const> nodes, bool fuse) {
   Tensor* n = nodes[0];
-  if (!fusion_enabled()) {
+  if (!fuse) {
     sc.int8 = {};  // (no matmul reuses another's int8 activations either)
     KITE_TRY(run_node(dev, sc, n));
     return size_t{1};
