@@ -282,7 +282,7 @@ TEST_CASE("cuda: fused launches give the unfused logits bit for bit, in fewer la
   // KITE_CUDA_FUSE is read at every step, so one context of each kind runs the same steps with
   // and without the fusions (ops.cpp run_fused): an rms_norm that also quantizes its rows for the
   // int8 matmuls after it (and attention for the output projection), q/k/v as one mat-vec
-  // launch, gate/up with their swiglu as another, the output projections with their residual
+  // launch, gate/up with their swiglu (and its int8 activations) as another, the output projections with their residual
   // adds, the two ropes, the two cache writes. Each node's arithmetic is the unfused one's, so
   // the logits must be equal to the bit. Graphs are off so that the emulator counts every
   // step's launches.
@@ -292,10 +292,11 @@ TEST_CASE("cuda: fused launches give the unfused logits bit for bit, in fewer la
     int64_t saved_per_layer;  // launches a decode step saves per layer
     DType kv_type = DType::F16;
   };
-  // int8 weights: the quantizations of q, k, v, gate and up's input (done by the norms) and of
-  // the attention output (done by the attention), 3 mat-vecs, the swiglu, 2 adds, a rope and a
-  // cache write; float weights (no int8 activations): all but the quantizations.
-  for (const Case& tc : {Case{"gguf/llama-draft-Q4_K_M.gguf", 14}, Case{"gguf/llama-draft-Q8_0.gguf", 14},
+  // int8 weights: the quantizations of q, k, v, gate and up's input (done by the norms), of the
+  // attention output (done by the attention) and of the swiglu output (done by the gate/up
+  // launch), 3 mat-vecs, the swiglu, 2 adds, a rope and a cache write; float weights (no int8
+  // activations): all but the quantizations.
+  for (const Case& tc : {Case{"gguf/llama-draft-Q4_K_M.gguf", 15}, Case{"gguf/llama-draft-Q8_0.gguf", 15},
                          Case{"gguf/qwen2-tiny-f16.gguf", 8}, Case{"gguf/qwen3-tiny-f16.gguf", 8, DType::Q8_0}}) {
     const LoadedModel& l = load_model(tc.model);
     FusedPair p{tc.model, make_device_ctx(l, "cuda", 256, 2, tc.kv_type), make_device_ctx(l, "cuda", 256, 2, tc.kv_type)};
@@ -321,8 +322,8 @@ TEST_CASE("cuda: fused launches give the unfused logits bit for bit, in fewer la
 #endif
     }
   }
-  // Past one attention chunk (512 keys) a decode row's chunks are merged by a second kernel,
-  // which then writes the int8 activations.
+  // Past one attention chunk (512 keys) a decode row's chunks are merged by the last of its
+  // chunk blocks (by a second kernel unfused), which then writes the int8 activations.
   const LoadedModel& l = load_model("gguf/llama-draft-Q4_K_M.gguf");
   FusedPair p{"llama-draft-Q4_K_M at 600 tokens", make_device_ctx(l, "cuda", 1024), make_device_ctx(l, "cuda", 1024)};
   EncodeOptions eo;
@@ -332,7 +333,12 @@ TEST_CASE("cuda: fused launches give the unfused logits bit for bit, in fewer la
   p.both(1, [&](Context& c) { return c.eval(prompt, 0); });
   for (int step = 0; step < 2; ++step) {
     const BatchToken t{argmax_of(p.plain->logits(0)), 0, true};
-    p.both(1, [&](Context& c) { return c.decode(std::span<const BatchToken>(&t, 1)); });
+    [[maybe_unused]] const auto [f, u] =
+        p.both(1, [&](Context& c) { return c.decode(std::span<const BatchToken>(&t, 1)); });
+#ifdef KITE_CUDA_EMU
+    MESSAGE(p.model, ": a decode step: ", f, " launches fused, ", u, " unfused");
+    CHECK(u - f >= static_cast<uint64_t>(16 * l.model->hparams().n_layer));  // (the merges too)
+#endif
   }
 #endif
 }

@@ -31,6 +31,7 @@ namespace {
 using kite::cuda::emu::clear_failure;
 
 __global__ void block_sum(const float* x, float* out, int n) {
+  KITE_GRID_DEPENDENCY();
   KITE_SHARED(part, float[32]);
   const int t = threadIdx.x;
   const float* xb = x + static_cast<size_t>(blockIdx.x) * n;
@@ -47,6 +48,7 @@ __global__ void block_sum(const float* x, float* out, int n) {
 }
 
 __global__ void lane_ops(int* out) {
+  KITE_GRID_DEPENDENCY();
   const int lane = threadIdx.x % 32;
   int* o = out + threadIdx.x * 3;
   o[0] = __shfl_down_sync(0xffffffffu, lane * 10, 3);
@@ -55,11 +57,13 @@ __global__ void lane_ops(int* out) {
 }
 
 __global__ void exited_lane(float* out) {
+  KITE_GRID_DEPENDENCY();
   if (threadIdx.x == 7) return;
   out[threadIdx.x] = __shfl_xor_sync(0xffffffffu, 1.f, 1);
 }
 
 __global__ void split_barriers(float* out) {
+  KITE_GRID_DEPENDENCY();
   if (threadIdx.x < 16) __syncthreads();
   else __syncwarp();
   out[threadIdx.x] = 1.f;
@@ -67,11 +71,13 @@ __global__ void split_barriers(float* out) {
 
 // Divergent warp operations and barriers: the lanes (threads) wait at different ones.
 __global__ void divergent_shuffles(float* out) {
+  KITE_GRID_DEPENDENCY();
   if (threadIdx.x % 2 == 0) out[threadIdx.x] = __shfl_xor_sync(0xffffffffu, 1.f, 1);
   else out[threadIdx.x] = __shfl_xor_sync(0xffffffffu, 2.f, 1);
 }
 
 __global__ void divergent_syncthreads(float* out) {
+  KITE_GRID_DEPENDENCY();
   if (threadIdx.x < 32) {
     out[threadIdx.x] = 1.f;
     __syncthreads();
@@ -83,17 +89,41 @@ __global__ void divergent_syncthreads(float* out) {
 
 // Half the warp passes a mask without the other half; then a mask without the lane itself.
 __global__ void mismatched_masks(float* out) {
+  KITE_GRID_DEPENDENCY();
   out[threadIdx.x] = __shfl_sync(threadIdx.x < 16 ? 0x0000ffffu : 0xffffffffu, 1.f, 0);
 }
-__global__ void mask_without_self(float* out) { out[threadIdx.x] = __shfl_sync(0x0000ffffu, 1.f, 0); }
+__global__ void mask_without_self(float* out) {
+  KITE_GRID_DEPENDENCY();
+  out[threadIdx.x] = __shfl_sync(0x0000ffffu, 1.f, 0);
+}
+
+// Programmatic dependent launch's rule (launch.cuh): KITE_GRID_DEPENDENCY() before anything else.
+__global__ void no_grid_dependency(float* out) { out[threadIdx.x] = 1.f; }
+__global__ void returns_before_dependency(float* out) {
+  if (threadIdx.x >= 16) return;
+  KITE_GRID_DEPENDENCY();
+  out[threadIdx.x] = 1.f;
+}
+__global__ void shuffles_before_dependency(float* out) {
+  const float v = __shfl_sync(0xffffffffu, 1.f, 0);
+  KITE_GRID_DEPENDENCY();
+  out[threadIdx.x] = v;
+}
+__global__ void prefetches_then_waits(const float* w, float* out, const float* bad) {
+  KITE_PREFETCH_L2(bad != nullptr ? bad : w + threadIdx.x);
+  KITE_GRID_DEPENDENCY();
+  out[threadIdx.x] = w[threadIdx.x] + 1.f;
+}
 
 __global__ void add_one(float* x, int n) {
+  KITE_GRID_DEPENDENCY();
   const int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
   if (i < n) x[i] += 1.f;
 }
 
 // Block 0 returns before any barrier; the others sum through shared memory.
 __global__ void first_block_differs(const float* x, float* out) {
+  KITE_GRID_DEPENDENCY();
   KITE_SHARED(part, float[64]);
   if (blockIdx.x == 0) {
     if (threadIdx.x == 0) out[0] = -1.f;
@@ -161,7 +191,7 @@ TEST_CASE("cuda-emu: warp shuffles, shared memory and __syncthreads cooperate as
   cudaFree(dx), cudaFree(dout), cudaFree(dl);
 }
 
-TEST_CASE("cuda-emu: an exited lane in a shuffle, divergent or unmatched barriers and masks, a host pointer fail the kernel, stickily") {
+TEST_CASE("cuda-emu: an exited lane in a shuffle, divergent or unmatched barriers and masks, a host pointer, a kernel without its grid dependency fail the kernel, stickily") {
   float* d = device_alloc<float>(64);
   KITE_KERNEL(1, 32, 0, nullptr, exited_lane)(d);
   CHECK(cudaGetLastError() == cudaSuccess);  // (a launch error would show here; this one runs later)
@@ -172,12 +202,22 @@ TEST_CASE("cuda-emu: an exited lane in a shuffle, divergent or unmatched barrier
     void (*kernel)(float*);
     int threads;
   } failing[] = {{split_barriers, 32},   {divergent_shuffles, 32}, {divergent_syncthreads, 64},
-                 {mismatched_masks, 32}, {mask_without_self, 32}};
+                 {mismatched_masks, 32}, {mask_without_self, 32}, {no_grid_dependency, 32},
+                 {returns_before_dependency, 32}, {shuffles_before_dependency, 32}};
   for (const auto& f : failing) {
     KITE_KERNEL(1, f.threads, 0, nullptr, f.kernel)(d);
     CHECK(cudaDeviceSynchronize() == cudaErrorLaunchFailure);
     clear_failure();
   }
+  // A prefetch (of weights, before the grid dependency) is fine in device memory, a fault outside.
+  float* w = to_device(std::vector<float>(32, 0.f));
+  KITE_KERNEL(1, 32, 0, nullptr, prefetches_then_waits)(w, d, nullptr);
+  REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+  CHECK(read_back(d, 32)[31] == 1.f);
+  KITE_KERNEL(1, 32, 0, nullptr, prefetches_then_waits)(w, d, w + 32);  // one past the allocation
+  CHECK(cudaDeviceSynchronize() == cudaErrorLaunchFailure);
+  clear_failure();
+  cudaFree(w);
   std::vector<float> host(32, 0.f);  // a host address passed to a kernel would fault on a GPU
   KITE_KERNEL(1, 32, 0, nullptr, add_one)(host.data(), 32);
   CHECK(cudaDeviceSynchronize() == cudaErrorLaunchFailure);
@@ -215,6 +255,7 @@ namespace {
 // Each thread writes its own slot, then reads slot t + step: with the barrier, the neighbour's
 // value; without it, a race whose outcome depends on which thread runs first.
 __global__ void read_neighbour(float* out, int step, int barrier) {
+  KITE_GRID_DEPENDENCY();
   KITE_SHARED(slot, float[64]);
   const int t = static_cast<int>(threadIdx.x);
   slot[t] = static_cast<float>(t);
@@ -223,11 +264,12 @@ __global__ void read_neighbour(float* out, int step, int barrier) {
 }
 
 // Block b reads what block b - 1 of the same launch wrote: an order no GPU promises.
-__global__ void read_previous_block(float* x) { x[blockIdx.x + 1] = x[blockIdx.x] + 1.f; }
+__global__ void read_previous_block(float* x) { KITE_GRID_DEPENDENCY(); x[blockIdx.x + 1] = x[blockIdx.x] + 1.f; }
 
 // Reads shared memory before writing it (static, then dynamic): on a GPU whatever an earlier
 // block left there.
 __global__ void read_before_write(float* out) {
+  KITE_GRID_DEPENDENCY();
   KITE_SHARED(v, float);
   KITE_DYNAMIC_SHARED(float, dyn);
   out[2 * blockIdx.x] = v;
@@ -291,9 +333,13 @@ TEST_CASE("cuda-emu: every block starts with unwritten shared memory; KITE_CUDA_
 // forked child whose stderr goes to a file.
 namespace {
 
-__global__ void load_misaligned(const uint8_t* p, int* out) { out[0] = *reinterpret_cast<const int*>(p + 2); }
-__global__ void read_past_end(const float* p, float* out, int n) { out[0] = p[n]; }
+__global__ void load_misaligned(const uint8_t* p, int* out) {
+  KITE_GRID_DEPENDENCY();
+  out[0] = *reinterpret_cast<const int*>(p + 2);
+}
+__global__ void read_past_end(const float* p, float* out, int n) { KITE_GRID_DEPENDENCY(); out[0] = p[n]; }
 __global__ void read_past_shared(float* out, int n) {
+  KITE_GRID_DEPENDENCY();
   KITE_SHARED(four, float[4]);
   for (int i = 0; i < 4; ++i) four[i] = 1.f;
   const float* p = four;  // (through a pointer: not UBSan's array-bounds check, ASan's)
@@ -413,6 +459,7 @@ namespace {
 constexpr unsigned kLdA = 32, kLdB = 48, kLdC = 36, kLdD = 24;
 
 __global__ void wmma_probe(const signed char* a, const signed char* b, const int* c, int* d, int* d2) {
+  KITE_GRID_DEPENDENCY();
   using namespace nvcuda;
   wmma::fragment<wmma::matrix_a, 16, 16, 16, signed char, wmma::row_major> fa;
   wmma::fragment<wmma::matrix_b, 16, 16, 16, signed char, wmma::col_major> fb;
@@ -435,22 +482,26 @@ __global__ void wmma_probe(const signed char* a, const signed char* b, const int
 
 // Each breaks one rule of the warp matrix functions.
 __global__ void wmma_misaligned(const signed char* a) {
+  KITE_GRID_DEPENDENCY();
   nvcuda::wmma::fragment<nvcuda::wmma::matrix_a, 16, 16, 16, signed char, nvcuda::wmma::row_major> fa;
   nvcuda::wmma::load_matrix_sync(fa, a + 16, kLdA);  // 128-bit aligned only
 }
 
 __global__ void wmma_odd_stride(int* d) {
+  KITE_GRID_DEPENDENCY();
   nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, int> fc;
   nvcuda::wmma::fill_fragment(fc, 0);
   nvcuda::wmma::store_matrix_sync(d, fc, 18, nvcuda::wmma::mem_row_major);  // 72 bytes a row
 }
 
 __global__ void wmma_lanes_disagree(const signed char* a) {
+  KITE_GRID_DEPENDENCY();
   nvcuda::wmma::fragment<nvcuda::wmma::matrix_a, 16, 16, 16, signed char, nvcuda::wmma::row_major> fa;
   nvcuda::wmma::load_matrix_sync(fa, a + 32 * (threadIdx.x / 16), kLdA);
 }
 
 __global__ void wmma_half_warp(const signed char* a) {
+  KITE_GRID_DEPENDENCY();
   nvcuda::wmma::fragment<nvcuda::wmma::matrix_a, 16, 16, 16, signed char, nvcuda::wmma::row_major> fa;
   if (threadIdx.x < 16) nvcuda::wmma::load_matrix_sync(fa, a, kLdA);
 }
@@ -504,6 +555,7 @@ TEST_CASE("cuda-emu: wmma follows the programming guide's layouts (emu/include/m
 // scaled by f[its row], the row learned from a fragment loaded from a matrix of row numbers.
 __global__ void wmma_half_probe(const __half* a, const __half* b, const float* c, const float* rows, const float* f,
                                 float* d, float* ds) {
+  KITE_GRID_DEPENDENCY();
   namespace wmma = nvcuda::wmma;
   wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> fa;
   wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::col_major> fb;
@@ -583,6 +635,7 @@ namespace {
 // B (32 x 8, column major, b[j * 32 + e]) and C (16 x 8, row major) by mma.cuh's layout table,
 // multiplies (block 0: one m16n8k32; block 1: two m16n8k16, one per half of k) and scatters D.
 __global__ void mma_probe(const signed char* a, const signed char* b, const int* c, int* d) {
+  KITE_GRID_DEPENDENCY();
   const int lane = threadIdx.x, g = lane / 4, t = lane % 4;
   auto word = [](const signed char* p) {
     int v;
@@ -605,6 +658,7 @@ __global__ void mma_probe(const signed char* a, const signed char* b, const int*
 }
 
 __global__ void mma_half_warp(int* d) {
+  KITE_GRID_DEPENDENCY();
   int acc[4] = {0, 0, 0, 0};
   const int a[4] = {1, 1, 1, 1}, b[2] = {1, 1};
   if (threadIdx.x < 16) kite::cuda::mma_s8_k32(acc, a, b);

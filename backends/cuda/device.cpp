@@ -1,8 +1,14 @@
 #include "backends/cuda/device.h"
 
 #include <algorithm>
+#include <atomic>
+#include <climits>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <string_view>
+
+#include "backends/cuda/kernels.h"
 
 namespace kite::cuda {
 namespace {
@@ -11,7 +17,25 @@ constexpr size_t kStagingBytes = size_t{16} << 20;  // pinned host staging for u
 constexpr size_t kMiB = size_t{1} << 20;
 constexpr size_t kLogEvery = size_t{1} << 30;       // weight upload progress, every GiB
 
+// The lowest compute capability of the devices opened so far.
+std::atomic<int> g_min_cc{INT_MAX};
+const bool g_pdl_allowed = [] {
+  const char* e = std::getenv("KITE_CUDA_PDL");
+  return e == nullptr || std::string_view(e) != "0";
+}();
+
 }  // namespace
+
+void note_compute_capability(int cc) {
+  int cur = g_min_cc.load();
+  while (cc < cur && !g_min_cc.compare_exchange_weak(cur, cc)) {
+  }
+}
+
+bool programmatic_launch() {
+  const int cc = g_min_cc.load(std::memory_order_relaxed);
+  return g_pdl_allowed && cc >= 90 && cc != INT_MAX;
+}
 
 Error cuda_error(cudaError_t e, const char* call, const char* file, int line) {
   return make_error("cuda: ", call, " failed: ", cudaGetErrorName(e), " (", cudaGetErrorString(e), ") at ", file, ":",
@@ -50,6 +74,7 @@ Result<std::unique_ptr<Device>> Device::open(int index) {
   d->name_ = prop.name;
   d->sm_count_ = std::max(1, prop.multiProcessorCount);
   d->cc_ = 10 * prop.major + prop.minor;
+  note_compute_capability(d->cc_);
   cudaStream_t s = nullptr;
   KITE_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   d->stream_.reset(s);

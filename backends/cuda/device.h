@@ -152,8 +152,13 @@ struct OpScratch {
   Scratch w;      // dequantized weight chunk for cuBLAS
   Scratch part;   // attention partials
   Scratch split;  // mmq's split-k partial sums
-  // What q and ds hold: a matmul with the same input reuses them. Valid within one compute()
-  // call (tensors are a step's), so the backend clears it when one starts.
+  Scratch q2;     // a second pair for int8 activations that a launch writes while it reads
+  Scratch ds2;    //   those of q and ds (the gate/up launch's swiglu output)
+  Scratch count;  // counters, kept zeroed: that launch's 32-row stretches (MatVecJob::glu_count),
+                  //   attention's split rows (AttentionArgs::count)
+  // What q and ds (or q2 and ds2) hold: a matmul with the same input reuses them. Valid within
+  // one compute() call (tensors are a step's), so the backend clears it when one starts, and
+  // whenever one of those buffers is reallocated.
   Int8Activations int8;
 };
 Status run_node(Device& dev, OpScratch& scratch, Tensor* n);

@@ -5,7 +5,8 @@
 // query heads of the KV head's GQA group are scored against the chunk's keys tile by tile with an
 // online softmax, reading K/V rows through the block table. A token with one chunk writes its
 // output directly; a longer one (flash-decoding) writes partials (max, sum, unnormalized output)
-// that a second kernel merges in chunk order.
+// that are merged in chunk order: by the last of its chunk blocks to finish (AttentionArgs::count,
+// decode), or by a second kernel.
 //
 // Rows of a sequence with a long run of rows in the batch (prefill chunks) are the tensor-core
 // kernel's (k_attention_tc.cu, AttentionArgs::tc_min_run) and return here at once; the rest
@@ -35,7 +36,23 @@ __device__ __forceinline__ void store_int8(const AttentionArgs& a, int t, int i,
   quantize_act_block(v, lane, a.q8 + t * k + (i - lane), reinterpret_cast<float4*>(a.q8_ds) + (t * k + i) / 32);
 }
 
+// Element d of head h of split token t: its n_chunks partial records merged in chunk order (as
+// the CPU's merge_one). L2 loads: the records may be other blocks' of this launch.
+__device__ __forceinline__ float merged(const AttentionArgs& a, int t, int h, int d, int n_chunks) {
+  const int n_head = a.n_kv * a.group, stride = a.hd + 2;
+  const float* part = a.part + (static_cast<int64_t>(t) * n_head + h) * a.max_chunks * stride;
+  float mx = -INFINITY;
+  for (int c = 0; c < n_chunks; ++c) mx = fmaxf(mx, __ldcg(&part[c * stride]));
+  float l = 0.f;
+  for (int c = 0; c < n_chunks; ++c) l += expf(__ldcg(&part[c * stride]) - mx) * __ldcg(&part[c * stride + 1]);
+  const float inv = 1.f / l;
+  float o = 0.f;
+  for (int c = 0; c < n_chunks; ++c) o += expf(__ldcg(&part[c * stride]) - mx) * __ldcg(&part[c * stride + 2 + d]);
+  return o * inv;
+}
+
 __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionArgs a) {
+  KITE_GRID_DEPENDENCY();
   KITE_DYNAMIC_SHARED(float, sm);
   const int G = a.group, hd = a.hd;
   const int t = blockIdx.x, g = blockIdx.y, c = blockIdx.z;
@@ -154,26 +171,38 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionArgs a) {
       rec[1] = ls[h];
     }
   }
+  if (a.count == nullptr) return;  // (the merge kernel merges)
+  // The token's chunk blocks of this KV head count themselves in; the last one merges.
+  KITE_SHARED(last, int);
+  __threadfence();  // this thread's records, before the block counts itself in
+  __syncthreads();
+  if (tid == 0) {
+    unsigned* n = a.count + static_cast<int64_t>(t) * a.n_kv + g;
+    last = atomicAdd(n, 1u) == static_cast<unsigned>(sp.n_chunks - 1);
+    if (last) *n = 0;  // (for the next launch)
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  float* out = a.out + static_cast<int64_t>(t) * n_head * hd;
+  for (int idx = tid; idx < G * hd; idx += blockDim.x) {
+    const float v = merged(a, t, g * G + idx / hd, idx % hd, sp.n_chunks);
+    out[(g * G) * hd + idx] = v;
+    if (a.q8 != nullptr) store_int8(a, t, (g * G) * hd + idx, v);
+  }
 }
 
-// Merges a split token's partial records in chunk order (as the CPU's merge_one).
+// Merges a split token's partial records in chunk order.
 __global__ void attention_merge_kernel(AttentionArgs a) {
+  KITE_GRID_DEPENDENCY();
   const int t = blockIdx.x, h = blockIdx.y;
   const TokenSplit sp = token_split(a, t);
   if (sp.n_chunks <= 1) return;
-  const int n_head = a.n_kv * a.group, hd = a.hd, stride = hd + 2;
-  const float* part = a.part + (static_cast<int64_t>(t) * n_head + h) * a.max_chunks * stride;
-  float mx = -INFINITY;
-  for (int c = 0; c < sp.n_chunks; ++c) mx = fmaxf(mx, part[c * stride]);
-  float l = 0.f;
-  for (int c = 0; c < sp.n_chunks; ++c) l += expf(part[c * stride] - mx) * part[c * stride + 1];
-  const float inv = 1.f / l;
-  float* out = a.out + static_cast<int64_t>(t) * n_head * hd + h * hd;
-  for (int d = threadIdx.x; d < hd; d += blockDim.x) {
-    float o = 0.f;
-    for (int c = 0; c < sp.n_chunks; ++c) o += expf(part[c * stride] - mx) * part[c * stride + 2 + d];
-    out[d] = o * inv;
-    if (a.q8 != nullptr) store_int8(a, t, h * hd + d, o * inv);
+  float* out = a.out + (static_cast<int64_t>(t) * a.n_kv * a.group + h) * a.hd;
+  for (int d = threadIdx.x; d < a.hd; d += blockDim.x) {
+    const float v = merged(a, t, h, d, sp.n_chunks);
+    out[d] = v;
+    if (a.q8 != nullptr) store_int8(a, t, h * a.hd + d, v);
   }
 }
 
@@ -195,13 +224,15 @@ size_t attention_partial_floats(int n_tok, int n_head, int hd, int max_chunks) {
 }
 
 bool attention_shape_ok(int hd, int group) {
-  return hd > 0 && hd <= kMaxHd && group >= 1 && group <= kMaxGroup && shared_bytes(group, hd) <= 48 * 1024;
+  // (48 KiB of shared memory in all: the dynamic part and the kernel's `last` flag)
+  return hd > 0 && hd <= kMaxHd && group >= 1 && group <= kMaxGroup && shared_bytes(group, hd) + 16 <= 48 * 1024;
 }
 
 cudaError_t launch_attention(const AttentionArgs& a, cudaStream_t s) {
   if (a.n_tok == 0) return cudaSuccess;
   if (!attention_shape_ok(a.hd, a.group)) return cudaErrorInvalidValue;
   if (a.q8 != nullptr && (a.q8_ds == nullptr || a.tc_min_run != 0 || a.hd % 32 != 0)) return cudaErrorInvalidValue;
+  if (a.count != nullptr && a.tc_min_run != 0) return cudaErrorInvalidValue;
   if (a.tc_min_run > 0) {
     if (const cudaError_t e = launch_attention_tc_pass(a, s); e != cudaSuccess) return e;
   }
@@ -211,7 +242,7 @@ cudaError_t launch_attention(const AttentionArgs& a, cudaStream_t s) {
     KITE_KERNEL(grid, kThreads, shared_bytes(a.group, a.hd), s, attention_kernel)(a);
     if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
   }
-  if (a.max_chunks > 1) {
+  if (a.max_chunks > 1 && a.count == nullptr) {
     const dim3 mgrid(static_cast<unsigned>(a.n_tok), static_cast<unsigned>(a.n_kv * a.group));
     KITE_KERNEL(mgrid, 128, 0, s, attention_merge_kernel)(a);
   }

@@ -240,6 +240,7 @@ __device__ void tc_tile(const AttentionArgs& a, TcWarp<HD>& w, const AccFrag& ro
 
 template <int HD>
 __global__ void __launch_bounds__(kTcThreads) attention_tc_kernel(AttentionArgs a) {
+  KITE_GRID_DEPENDENCY();
   KITE_SHARED(sh, TcShared<HD>);
   const int tokens = max(1, kTcRows / a.group);
   const int r0 = blockIdx.x * tokens, r1 = min(a.n_tok, r0 + tokens);

@@ -6,6 +6,7 @@ namespace kite::cuda {
 namespace {
 
 __global__ void copy_kernel(const int4* __restrict__ src, int4* __restrict__ dst, size_t n) {
+  KITE_GRID_DEPENDENCY();
   for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<size_t>(gridDim.x) * blockDim.x)
     dst[i] = src[i];

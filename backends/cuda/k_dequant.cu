@@ -26,6 +26,7 @@ __device__ __forceinline__ void store(int dst_type, void* row, int64_t i, float 
 // Units of rows: unit u of source row r -> 32 values of destination row r.
 template <int T>
 __global__ void dequant_rows_kernel(Rows src, int dst_type, Rows dst, int64_t units_per_row, int64_t n_units) {
+  KITE_GRID_DEPENDENCY();
   for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < n_units;
        idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t r = idx / units_per_row, un = idx % units_per_row;
@@ -40,6 +41,7 @@ __global__ void dequant_rows_kernel(Rows src, int dst_type, Rows dst, int64_t un
 template <int T>
 __global__ void get_rows_kernel(const uint8_t* table, size_t nb1, const int32_t* ids, float* dst,
                                 int64_t units_per_row, int64_t n_units) {
+  KITE_GRID_DEPENDENCY();
   for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < n_units;
        idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t r = idx / units_per_row, un = idx % units_per_row;
@@ -53,6 +55,7 @@ __global__ void get_rows_kernel(const uint8_t* table, size_t nb1, const int32_t*
 
 __global__ void get_rows_float_kernel(int type, const uint8_t* table, size_t nb1, const int32_t* ids, float* dst,
                                       int64_t ne0, int64_t n) {
+  KITE_GRID_DEPENDENCY();
   for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < ne0 * n;
        idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t r = idx / ne0, i = idx % ne0;
@@ -64,6 +67,7 @@ __global__ void get_rows_float_kernel(int type, const uint8_t* table, size_t nb1
 template <int T, bool F16>
 __global__ void dequant_matrix_kernel(const uint8_t* w, size_t row_bytes, int64_t units_per_row, int64_t n_units,
                                       void* dst) {
+  KITE_GRID_DEPENDENCY();
   for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < n_units;
        idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t r = idx / units_per_row, un = idx % units_per_row;
@@ -84,6 +88,7 @@ __global__ void dequant_matrix_kernel(const uint8_t* w, size_t row_bytes, int64_
 
 template <bool F16>
 __global__ void float_matrix_kernel(int type, const uint8_t* w, size_t row_bytes, int64_t k, int64_t n, void* dst) {
+  KITE_GRID_DEPENDENCY();
   for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < n;
        idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t r = idx / k, i = idx % k;

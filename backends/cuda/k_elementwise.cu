@@ -32,6 +32,7 @@ __device__ __forceinline__ const float* bcast_row(const Rows& dst, const Rows& b
 
 template <int Op>
 __global__ void binary_kernel(Rows dst, Rows a, Rows b, int64_t ne0, int64_t n) {
+  KITE_GRID_DEPENDENCY();
   for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < n;
        idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t r = idx / ne0, i = idx % ne0;
@@ -46,6 +47,7 @@ __global__ void binary_kernel(Rows dst, Rows a, Rows b, int64_t ne0, int64_t n) 
 }
 
 __global__ void scale_kernel(Rows dst, Rows a, float s, int64_t ne0, int64_t n) {
+  KITE_GRID_DEPENDENCY();
   for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < n;
        idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t r = idx / ne0, i = idx % ne0;
@@ -77,6 +79,7 @@ __device__ __forceinline__ float rms_normed(const float* x, const float* w, floa
 
 // One block per row: sum of squares in f32, then x * s (* w).
 __global__ void rms_norm_kernel(Rows dst, Rows a, const float* w, float eps, int64_t ne0) {
+  KITE_GRID_DEPENDENCY();
   const int64_t r = blockIdx.x;
   const float* x = reinterpret_cast<const float*>(row_ptr(a, r));
   float* y = reinterpret_cast<float*>(row_ptr(dst, r));
@@ -88,6 +91,7 @@ __global__ void rms_norm_kernel(Rows dst, Rows a, const float* w, float eps, int
 // codes and scales of the values it writes).
 __global__ void rms_norm_quantize_kernel(float* dst, Rows a, const float* w, float eps, int64_t ne0, int8_t* q,
                                          float4* ds) {
+  KITE_GRID_DEPENDENCY();
   const int64_t r = blockIdx.x;
   const float* x = reinterpret_cast<const float*>(row_ptr(a, r));
   const float s = rms_scale(x, ne0, eps);
@@ -166,6 +170,7 @@ __device__ __forceinline__ void rope_item(const RopeArgs& a, int64_t idx) {
 
 // One thread per item of a, then of b (b.n_head 0: none).
 __global__ void rope_kernel(RopeArgs a, RopeArgs b) {
+  KITE_GRID_DEPENDENCY();
   const int64_t na = rope_items(a), n = na + rope_items(b);
   for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < n;
        idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -185,6 +190,7 @@ __device__ __forceinline__ void convert_float_item(const RowConversion& a, int64
 }
 
 __global__ void convert_float_kernel(RowConversion a, RowConversion b) {
+  KITE_GRID_DEPENDENCY();
   const int64_t na = a.ne0 * a.n_rows, n = na + b.ne0 * b.n_rows;
   for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < n;
        idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -208,6 +214,7 @@ __device__ __forceinline__ void quantize_q8_0_block(const RowConversion& a, int6
 }
 
 __global__ void quantize_q8_0_kernel(RowConversion a, RowConversion b) {
+  KITE_GRID_DEPENDENCY();
   const int lane = threadIdx.x % 32;
   const int64_t na = a.ne0 / 32 * a.n_rows, n = na + b.ne0 / 32 * b.n_rows;
   for (int64_t blk = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) / 32; blk < n;

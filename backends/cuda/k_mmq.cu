@@ -131,6 +131,7 @@ template <int T, int NC>
 __global__ void __launch_bounds__(kMmqThreads)
     mmq_kernel(const uint8_t* w, size_t row_bytes, int64_t m, int n_units, int units_per_split, const int8_t* q,
                const float4* ds, int64_t n, float* dst, int64_t ldd, int64_t z_stride) {
+  KITE_GRID_DEPENDENCY();
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
   KITE_SHARED(sm, MmqShared<NC>);
   constexpr int kTiles = NC / 8;
@@ -205,6 +206,7 @@ __global__ void __launch_bounds__(kMmqThreads)
 
 // dst[c * ldd + i] = the sum over z of part[z][c * m + i], z in order.
 __global__ void mmq_reduce_kernel(const float* part, int splits, int64_t m, int64_t n, float* dst, int64_t ldd) {
+  KITE_GRID_DEPENDENCY();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * kReduceThreads + threadIdx.x;
   if (i >= m * n) return;
   float s = 0.f;

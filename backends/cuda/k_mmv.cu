@@ -21,6 +21,7 @@ unsigned grid_for(int64_t n) {
 // One warp per 32-element block of a column (quantize_act_block).
 __global__ void quantize_act_kernel(const float* x, size_t ldx, int64_t k, int64_t n_blocks, int8_t* q,
                                     float4* ds) {
+  KITE_GRID_DEPENDENCY();
   const int lane = threadIdx.x % 32;
   const int64_t per_col = k / 32;
   for (int64_t b = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) / 32; b < n_blocks;
@@ -60,6 +61,8 @@ __global__ void __launch_bounds__(kMatVecWarps * 32)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   int64_t row;
   const MatVecOut o = matvec_out(g, blockIdx.x, warp, &row);
+  matvec_prefetch<GLU>(g, o, row, lane);
+  KITE_GRID_DEPENDENCY();
   if (row >= o.m) return;
   float acc[NC], up[NC];
 #pragma unroll
@@ -73,6 +76,7 @@ __global__ void __launch_bounds__(kMatVecWarps * 32)
 }
 
 __global__ void f32_to_f16_kernel(const float* x, size_t ldx, int64_t k, int64_t n, __half* dst) {
+  KITE_GRID_DEPENDENCY();
   for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < n;
        idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t c = idx / k, i = idx % k;

@@ -132,6 +132,7 @@ __device__ void draw_token(const float* x, int64_t n, float m, const int32_t* dr
 }
 
 __global__ void __launch_bounds__(1024) top_k_kernel(Rows dst, Rows src, Rows draw, int64_t n, int k, int want_lse) {
+  KITE_GRID_DEPENDENCY();
   KITE_SHARED(hist, unsigned[256]);
   KITE_SHARED(red, unsigned[32]);
   KITE_SHARED(red_f, float[32]);

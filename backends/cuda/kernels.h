@@ -13,6 +13,12 @@
 
 namespace kite::cuda {
 
+// Whether kernels launch with programmatic dependent launch (launch.cuh): every device opened so
+// far is sm_90 or newer and KITE_CUDA_PDL is not 0. Device::open reports each device's
+// compute capability (10 * major + minor).
+bool programmatic_launch();
+void note_compute_capability(int cc);
+
 // Type ids used by the kernels (quant::Type values).
 enum TypeId : int {
   kF32 = 0, kF16 = 1, kQ4_0 = 2, kQ4_1 = 3, kQ5_0 = 6, kQ5_1 = 7, kQ8_0 = 8,
@@ -106,6 +112,10 @@ cudaError_t launch_rms_norm_quantize(float* dst, Rows a, const float* w, float e
 // computes row i of both, and also writes glu[c * glu_ldd + i] = silu(gate) * up, the swiglu
 // op's formula, so the fused result has the unfused one's bits. With `sum` set (one weight) it
 // also writes sum[c * sum_ld + i] = add[c * add_ld + i] + dst (a layer's residual add).
+// With `glu` and `glu_q` set (m a multiple of 32; int8 weights only) the launch also writes the
+// swiglu output's int8 activations for the down projection after it, as launch_quantize_act
+// would (glu_q: m * n codes, glu_ds: m / 32 * n float4 scales): the last of the blocks that
+// write a 32-row stretch quantizes it. glu_count: m / 32 zeroed counters (left zeroed).
 inline constexpr int kMaxMatVecOuts = 3;
 struct MatVecOut {
   const void* w = nullptr;
@@ -119,6 +129,9 @@ struct MatVecJob {
   int n_out = 1;
   float* glu = nullptr;
   int64_t glu_ldd = 0;
+  int8_t* glu_q = nullptr;
+  float* glu_ds = nullptr;
+  unsigned* glu_count = nullptr;
   const float* add = nullptr;
   int64_t add_ld = 0;
   float* sum = nullptr;
@@ -176,6 +189,10 @@ struct AttentionArgs {
   // projection after it.
   int8_t* q8 = nullptr;
   float* q8_ds = nullptr;
+  // Optional, with every row on the CUDA-core kernel (tc_min_run 0): n_tok * n_kv zeroed counters
+  // (left zeroed). The last chunk block of a split (token, KV head) to finish then merges its
+  // heads' partials, with the merge kernel's arithmetic, and the merge kernel is not launched.
+  unsigned* count = nullptr;
 };
 // Chunks a token's keys may be split into, for a context of at most `max_ctx` positions.
 int attention_max_chunks(int64_t max_ctx);
@@ -185,8 +202,8 @@ bool attention_shape_ok(int hd, int group);
 // allowed): head size 64 or 128, F16 or Q8_0 caches.
 bool attention_tc_ok(const AttentionArgs& a);
 // The CUDA-core kernel (every shape attention_shape_ok takes) and, with tc_min_run > 0, the
-// tensor-core one, each for its rows; then the merge of split tokens. (An invalid q8 request:
-// cudaErrorInvalidValue.)
+// tensor-core one, each for its rows; then the merge of split tokens (unless `count` has the
+// CUDA-core kernel merge them). (An invalid q8 or count request: cudaErrorInvalidValue.)
 cudaError_t launch_attention(const AttentionArgs& a, cudaStream_t s);
 
 // ---- bandwidth (k_bandwidth.cu) -----------------------------------------------------------

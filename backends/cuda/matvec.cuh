@@ -87,6 +87,50 @@ __device__ __forceinline__ void matvec_store(const MatVecGrid& g, const MatVecOu
   }
 }
 
+// The swiglu output's int8 activations (MatVecJob::glu_q), after this block's warps stored their
+// rows: the 32 / kMatVecWarps blocks of a 32-row stretch each count themselves in, and the last
+// one quantizes the stretch for every column, reading the others' stores from L2. Every warp of
+// the block calls it (m % 32 == 0: no warp's row is past m).
+template <int NC>
+__device__ __forceinline__ void matvec_glu_quantize(const MatVecGrid& g, int warp, int lane) {
+  constexpr unsigned kBlocksPerStretch = 32 / kMatVecWarps;
+  KITE_SHARED(last, int);
+  const unsigned stretch = blockIdx.x / kBlocksPerStretch;
+  KITE_ASSUME_GLOBAL(g.job.glu_count);
+  if (lane == 0) __threadfence();  // this warp's glu store, before the block counts itself in
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    last = atomicAdd(&g.job.glu_count[stretch], 1u) == kBlocksPerStretch - 1;
+    if (last) g.job.glu_count[stretch] = 0;  // (for the next launch)
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  const int64_t m = g.job.out[0].m, i = static_cast<int64_t>(stretch) * 32 + lane;
+  auto* ds = reinterpret_cast<float4*>(g.job.glu_ds);
+  KITE_ASSUME_GLOBAL(g.job.glu);
+  KITE_ASSUME_GLOBAL(g.job.glu_q);
+  for (int c = warp; c < NC; c += kMatVecWarps)
+    quantize_act_block(__ldcg(&g.job.glu[c * g.job.glu_ldd + i]), lane, g.job.glu_q + c * m + stretch * 32,
+                       ds + c * (m / 32) + stretch);
+}
+
+// Before KITE_GRID_DEPENDENCY (launch.cuh): the first KiB of this warp's weight rows (about what
+// its lanes read first) into L2, while the previous kernel still runs. Bounded, so that every
+// resident warp's prefetches fit in L2 beside the previous kernel's data. (L2 is where the SMs'
+// writes meet, so a prefetch never makes a later read stale.)
+inline constexpr int kPrefetchLines = 8;  // 128-byte lines a row
+template <bool GLU>
+__device__ __forceinline__ void matvec_prefetch(const MatVecGrid& g, const MatVecOut& o, int64_t row, int lane) {
+  if (row >= o.m || lane >= kPrefetchLines) return;
+  const size_t off = static_cast<size_t>(lane) * 128;
+  if (off < o.row_bytes) KITE_PREFETCH_L2(static_cast<const uint8_t*>(o.w) + row * o.row_bytes + off);
+  if (GLU) {
+    const MatVecOut& u = g.job.out[1];
+    if (off < u.row_bytes) KITE_PREFETCH_L2(static_cast<const uint8_t*>(u.w) + row * u.row_bytes + off);
+  }
+}
+
 // Launches kernel<NC, GLU> for n = 1..kMaxMmvCols columns: pick(integral_constant<int, NC>,
 // bool_constant<GLU>) returns the kernel, launch(kernel) launches it.
 template <class Pick, class Launch>

@@ -45,6 +45,8 @@ __global__ void __launch_bounds__(kMatVecWarps * 32)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   int64_t row;
   const MatVecOut o = matvec_out(g, blockIdx.x, warp, &row);
+  matvec_prefetch<GLU>(g, o, row, lane);
+  KITE_GRID_DEPENDENCY();
   if (row >= o.m) return;
   float acc[NC], up[NC];
 #pragma unroll
@@ -55,6 +57,7 @@ __global__ void __launch_bounds__(kMatVecWarps * 32)
     mmvq_dot<T, NC>(static_cast<const uint8_t*>(u.w) + row * u.row_bytes, n_units, q, ds, lane, up);
   }
   matvec_store<NC, GLU>(g, o, row, lane, acc, up);
+  if (GLU && g.job.glu_q != nullptr) matvec_glu_quantize<NC>(g, warp, lane);
 }
 
 template <int T>

@@ -110,19 +110,24 @@ Result<Activations> activations(Device& dev, OpScratch& sc, const Tensor* x) {
   return Activations{static_cast<const float*>(xs), static_cast<size_t>(k)};
 }
 
-// The int8 activations' scratch (launch_quantize_act's q and ds) sized for x.
-Result<Int8Activations> int8_scratch(Device& dev, OpScratch& sc, const Tensor* x) {
+// The int8 activations' scratch (launch_quantize_act's q and ds) sized for x: the first pair
+// (q, ds), or the second (q2, ds2).
+Result<Int8Activations> int8_scratch(Device& dev, OpScratch& sc, const Tensor* x, bool second = false) {
   const int64_t k = x->ne[0], cols = x->n_rows();
-  KITE_ASSIGN_OR_RETURN(void* qp, dev.scratch(sc.q, static_cast<size_t>(k * cols), "int8 activation"));
-  KITE_ASSIGN_OR_RETURN(void* dsp, dev.scratch(sc.ds, static_cast<size_t>(k / 32 * cols) * 16, "activation scale"));
+  Scratch& qs = second ? sc.q2 : sc.q;
+  Scratch& dss = second ? sc.ds2 : sc.ds;
+  const void *q0 = qs.ptr.get(), *ds0 = dss.ptr.get();
+  KITE_ASSIGN_OR_RETURN(void* qp, dev.scratch(qs, static_cast<size_t>(k * cols), "int8 activation"));
+  KITE_ASSIGN_OR_RETURN(void* dsp, dev.scratch(dss, static_cast<size_t>(k / 32 * cols) * 16, "activation scale"));
+  if (qp != q0 || dsp != ds0) sc.int8 = {};  // (what it held is gone)
   return Int8Activations{x, static_cast<int8_t*>(qp), static_cast<float*>(dsp)};
 }
 
 // x's int8 activations: quantized now, unless the scratch already holds them (the matmul before
-// this one had the same input, or a fused rms_norm made them).
+// this one had the same input, or a fused rms_norm, attention or gate/up launch made them).
 Result<Int8Activations> int8_activations(Device& dev, OpScratch& sc, const Tensor* x, const Activations& a) {
+  if (sc.int8.of == x) return sc.int8;
   KITE_ASSIGN_OR_RETURN(Int8Activations q, int8_scratch(dev, sc, x));
-  if (sc.int8.of == x && sc.int8.q == q.q && sc.int8.ds == q.ds) return q;
   KITE_LAUNCH(launch_quantize_act(a.x, a.ldx, x->ne[0], x->n_rows(), q.q, q.ds, dev.stream()));
   sc.int8 = q;
   return q;
@@ -135,10 +140,21 @@ bool int8_matmul(const Device& dev, const Tensor* n) {
   return cols <= kMaxMmvCols || use_mmq(dev, cols);
 }
 
+// n zeroed counters (MatVecJob::glu_count, AttentionArgs::count: each launch leaves them zeroed).
+Result<unsigned*> zeroed_counters(Device& dev, OpScratch& sc, int64_t n) {
+  const void* before = sc.count.ptr.get();
+  KITE_ASSIGN_OR_RETURN(void* p, dev.scratch(sc.count, static_cast<size_t>(n) * sizeof(unsigned), "counter"));
+  if (p != before) KITE_CUDA_CHECK(cudaMemsetAsync(p, 0, sc.count.bytes, dev.stream()));
+  return static_cast<unsigned*>(p);
+}
+
 // One matmul, or (mat-vec shapes only) several weights against the same activations in one
 // launch; the same launch may also compute `epilogue`: the swiglu of a gate/up pair, or the add
-// of one matmul's result to a residual (MatVecJob).
-Status mul_mat(Device& dev, OpScratch& sc, std::span<Tensor* const> group, Tensor* epilogue = nullptr) {
+// of one matmul's result to a residual (MatVecJob). With `int8_epilogue` (a swiglu epilogue of
+// int8 weights, m % 32 == 0) it also writes the swiglu output's int8 activations, for the down
+// projection after it.
+Status mul_mat(Device& dev, OpScratch& sc, std::span<Tensor* const> group, Tensor* epilogue = nullptr,
+               bool int8_epilogue = false) {
   Tensor* n = group[0];
   const Tensor* w = n->src[0];
   const Tensor* x = n->src[1];
@@ -182,7 +198,15 @@ Status mul_mat(Device& dev, OpScratch& sc, std::span<Tensor* const> group, Tenso
       KITE_LAUNCH(launch_mmv_float(tid(w->type), job, k, xf, ldx, static_cast<int>(cols), s));
     } else {
       KITE_ASSIGN_OR_RETURN(const Int8Activations q, int8_activations(dev, sc, x, act));
+      Int8Activations out;
+      if (int8_epilogue) {  // into the pair that does not hold q
+        KITE_ASSIGN_OR_RETURN(out, int8_scratch(dev, sc, epilogue, q.q == sc.q.ptr.get()));
+        KITE_ASSIGN_OR_RETURN(job.glu_count, zeroed_counters(dev, sc, m / 32));
+        job.glu_q = out.q;
+        job.glu_ds = out.ds;
+      }
       KITE_LAUNCH(launch_mmvq(tid(w->type), job, k, q.q, q.ds, static_cast<int>(cols), s));
+      if (int8_epilogue) sc.int8 = out;
     }
     return ok_status();
   }
@@ -232,9 +256,11 @@ Status mul_mat(Device& dev, OpScratch& sc, std::span<Tensor* const> group, Tenso
   return ok_status();
 }
 
-// With `int8_out` (an int8 matmul of the output follows) the launch also writes the output's
-// int8 activations where it can: decode rows only, hd a multiple of 32.
-Status attention(Device& dev, OpScratch& sc, Tensor* n, bool int8_out = false) {
+// `fused`: split rows are merged by the attention launch itself where every row is a decode row
+// (AttentionArgs::count), not by a second launch. With `int8_out` (an int8 matmul of the output
+// follows) the launch also writes the output's int8 activations where it can: decode rows only,
+// hd a multiple of 32.
+Status attention(Device& dev, OpScratch& sc, Tensor* n, bool fused = false, bool int8_out = false) {
   const Tensor* q = n->src[0];
   const Tensor* kc = n->src[1];
   const Tensor* vc = n->src[2];
@@ -272,6 +298,9 @@ Status attention(Device& dev, OpScratch& sc, Tensor* n, bool int8_out = false) {
     a.part = static_cast<float*>(p);
   }
   a.tc_min_run = attention_tc_min_run(a);
+  if (fused && a.max_chunks > 1 && a.tc_min_run == 0) {  // split rows merged by the attention launch
+    KITE_ASSIGN_OR_RETURN(a.count, zeroed_counters(dev, sc, static_cast<int64_t>(a.n_tok) * a.n_kv));
+  }
   if (int8_out && a.tc_min_run == 0 && a.hd % 32 == 0 && n->nb[1] == n->row_bytes()) {
     KITE_ASSIGN_OR_RETURN(const Int8Activations q8, int8_scratch(dev, sc, n));
     a.q8 = q8.q;
@@ -493,6 +522,13 @@ Result<size_t> run_fused(Device& dev, OpScratch& sc, std::span<Tensor* const> no
     KITE_TRY(run_node(dev, sc, n));
     return size_t{1};
   }
+  // Attention merges its split rows itself (no merge launch) when they are all decode rows, and
+  // when it feeds an int8 matmul (the output projection) also quantizes the rows it writes.
+  if (n->op == Op::kAttention) {
+    const bool int8_out = nodes.size() > 1 && int8_matmul(dev, nodes[1]) && nodes[1]->src[1] == n;
+    KITE_TRY(attention(dev, sc, n, true, int8_out));
+    return size_t{1};
+  }
   if (nodes.size() < 2) {
     KITE_TRY(run_node(dev, sc, n));
     return size_t{1};
@@ -514,12 +550,6 @@ Result<size_t> run_fused(Device& dev, OpScratch& sc, std::span<Tensor* const> no
       !overlaps(n->src[0], nodes[1]->src[0])) {
     KITE_TRY(kv_write(dev, n, nodes[1]));
     return size_t{2};
-  }
-  // Attention feeding an int8 matmul (the output projection): its launch also quantizes the
-  // rows it writes, when they are all decode rows.
-  if (n->op == Op::kAttention && int8_matmul(dev, nodes[1]) && nodes[1]->src[1] == n) {
-    KITE_TRY(attention(dev, sc, n, true));
-    return size_t{1};
   }
   // rms_norm feeding an int8 matmul: the norm's launch also quantizes its rows.
   if (n->op == Op::kRmsNorm && int8_matmul(dev, nodes[1]) && nodes[1]->src[1] == n && n->src[0]->type == DType::F32 &&
@@ -546,7 +576,10 @@ Result<size_t> run_fused(Device& dev, OpScratch& sc, std::span<Tensor* const> no
     if (count == 2 && nodes.size() > 2 && is_glu_of(nodes[2], nodes[0], nodes[1]) &&
         !overlaps(nodes[2], n->src[1])) {
       Tensor* const pair[2] = {nodes[2]->src[0], nodes[2]->src[1]};  // gate, up
-      KITE_TRY(mul_mat(dev, sc, pair, nodes[2]));
+      // ... and the down projection's int8 activations, when it is an int8 matmul of the swiglu.
+      const bool int8_down = nodes.size() > 3 && !is_float(n->src[0]->type) && n->src[0]->ne[1] % 32 == 0 &&
+                             int8_matmul(dev, nodes[3]) && nodes[3]->src[1] == nodes[2];
+      KITE_TRY(mul_mat(dev, sc, pair, nodes[2], int8_down));
       return size_t{3};
     }
     if (count == 1 && is_residual_add_of(nodes[1], n) && !overlaps(nodes[1], n->src[1])) {

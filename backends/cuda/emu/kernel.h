@@ -94,6 +94,9 @@ inline float __int_as_float(int i) { return std::bit_cast<float>(i); }
 inline int __float2int_rn(float f) { return static_cast<int>(std::nearbyint(f)); }
 template <class T>
 inline T __ldg(const T* p) { return *p; }
+template <class T>
+inline T __ldcg(const T* p) { return *p; }
+inline void __threadfence() {}  // (one thread runs at a time)
 
 namespace kite::cuda::emu {
 inline int8_t byte_s(int v, int i) { return static_cast<int8_t>(static_cast<uint32_t>(v) >> (8 * i)); }
@@ -162,6 +165,8 @@ struct ThreadIds {
 struct ThreadState {
   ThreadIds ids;
   int lane = 0, warp = 0;
+  bool waited = false;          // passed KITE_GRID_DEPENDENCY() (launch.cuh)
+  const char* fault = nullptr;  // what it did that a GPU would not allow (checked as its block ends)
 };
 extern thread_local constinit ThreadState* t_thread;
 inline const ThreadIds& ids() { return t_thread->ids; }
@@ -187,6 +192,15 @@ T shuffle(unsigned mask, T v, int src, Site site = Site::current()) {
 }
 // The segment of `width` lanes that `lane` is in, as shuffles see it.
 inline int segment_base(int lane, int width) { return lane & ~(width - 1); }
+
+// KITE_GRID_DEPENDENCY() (launch.cuh): on a GPU, the wait for the previous kernel on the stream.
+inline void grid_dependency() { t_thread->waited = true; }
+// KITE_PREFETCH_L2(p): a hint on a GPU (of weights only, which no kernel writes, so it may come
+// before the wait); here p must point into device memory.
+template <class T>
+void prefetch_l2(const T* p) {
+  if (!is_device_range(p, 1)) t_thread->fault = "KITE_PREFETCH_L2 of an address outside device memory";
+}
 
 void* dynamic_shared();
 // The running block's storage for the KITE_SHARED variable that `tag` identifies (one per

@@ -185,6 +185,8 @@ void set_lane(Lane* l) {
 }
 
 void suspend(State s, Site site) {
+  if (!t_lane->waited && t_lane->fault == nullptr)
+    t_lane->fault = "a barrier or warp operation before KITE_GRID_DEPENDENCY() (launch.cuh)";
   if (t_block->direct) throw DirectBarrier{};
   ++t_block->barriers;
   Lane* me = t_lane;
@@ -299,6 +301,8 @@ bool release(Block& b, std::string& why) {
 bool run_block(Block& b, const std::function<void()>& body) {
   for (Lane& l : b.lanes) {
     l.state = State::kReady;
+    l.waited = false;
+    l.fault = nullptr;
     l.exchanges = 0;
     l.mask = 0;
     Lane* lp = &l;
@@ -392,6 +396,22 @@ Direct run_direct(Block& b, const std::function<void()>& body) {
   return how;
 }
 
+// Every thread must pass KITE_GRID_DEPENDENCY() (launch.cuh) before it touches global memory:
+// with programmatic dependent launch, a GPU runs a kernel while the one before it still writes.
+bool block_kept_rules(const Block& b) {
+  for (const Lane& l : b.lanes) {
+    const char* why = l.fault != nullptr ? l.fault
+                      : !l.waited        ? "a thread returned without KITE_GRID_DEPENDENCY() (launch.cuh): launched "
+                                           "programmatically it could run before the previous kernel's writes"
+                                         : nullptr;
+    if (why != nullptr) {
+      kernel_failed(b.kernel, why);
+      return false;
+    }
+  }
+  return true;
+}
+
 std::string dims(dim3 d) { return std::to_string(d.x) + "x" + std::to_string(d.y) + "x" + std::to_string(d.z); }
 
 }  // namespace
@@ -480,12 +500,15 @@ cudaError_t launch(dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t s, c
             l.ids = ThreadIds{uint3{x, y, z}, uint3{bx, by, bz}, block, grid};
             l.lane = static_cast<int>(t % 32);
             l.warp = static_cast<int>(t / 32);
+            l.waited = false;
+            l.fault = nullptr;
           }
       fresh_shared(b);
       // The first block to run decides whether its threads need fibers (any barrier so far).
       Direct how = k == 0 || b.barriers > 0 ? Direct::kRestart : run_direct(b, body);
       if (how == Direct::kRestart) fresh_shared(b);  // (the first thread wrote some before its barrier)
       if (how == Direct::kFailed || (how == Direct::kRestart && !run_block(b, body))) return;
+      if (!block_kept_rules(b)) return;
     }
   });
 }
