@@ -37,6 +37,15 @@ __device__ __forceinline__ uint32_t ld32(const uint8_t* p) {
 // A 32-bit word at a 4-byte aligned address.
 __device__ __forceinline__ uint32_t ld32a(const uint8_t* p) { return *reinterpret_cast<const uint32_t*>(p); }
 
+// 32 bytes at a 16-byte aligned address as eight little-endian words, in two 16-byte loads.
+__device__ __forceinline__ void ld32x8(const uint8_t* p, uint32_t (&w)[8]) {
+  const int4 a = reinterpret_cast<const int4*>(p)[0], b = reinterpret_cast<const int4*>(p)[1];
+  w[0] = static_cast<uint32_t>(a.x), w[1] = static_cast<uint32_t>(a.y);
+  w[2] = static_cast<uint32_t>(a.z), w[3] = static_cast<uint32_t>(a.w);
+  w[4] = static_cast<uint32_t>(b.x), w[5] = static_cast<uint32_t>(b.y);
+  w[6] = static_cast<uint32_t>(b.z), w[7] = static_cast<uint32_t>(b.w);
+}
+
 // Bits 0..3 of b moved to bit 4 of bytes 0..3.
 __device__ __forceinline__ uint32_t spread4(uint32_t b) {
   return ((b & 1u) << 4) | ((b & 2u) << 11) | ((b & 4u) << 18) | ((b & 8u) << 25);
@@ -161,44 +170,47 @@ __device__ __forceinline__ void load_unit<kIQ4_XS>(const uint8_t* row, int un, U
   }
 }
 
-// Q4_K/Q5_K sub-block scale and min codes (blocks.h unpack_q4_k_scale_min).
-__device__ __forceinline__ void k_scale_min(const uint8_t* sc, int j, int* s, int* m) {
-  if (j < 4) {
-    *s = sc[j] & 63;
-    *m = sc[j + 4] & 63;
-  } else {
-    *s = (sc[j + 4] & 0xF) | ((sc[j - 4] >> 6) << 4);
-    *m = (sc[j + 4] >> 4) | ((sc[j] >> 6) << 4);
-  }
+// A Q4_K/Q5_K superblock's scales for sub-block j: d * scale code and -dmin * min code
+// (blocks.h unpack_q4_k_scale_min), from its 16-byte header (d, dmin, 12 code bytes) read in one
+// 16-byte load (superblocks of 144 and 176 bytes stay 16-byte aligned in a row of a weight).
+__device__ __forceinline__ void k_header_scales(const uint8_t* b, int j, Unit& u) {
+  const int4 h = *reinterpret_cast<const int4*>(b);
+  const unsigned sh = 8u * static_cast<unsigned>(j & 3);
+  const unsigned lo = (static_cast<unsigned>(h.y) >> sh) & 0xffu;  // code byte j % 4
+  const unsigned mid = (static_cast<unsigned>(h.z) >> sh) & 0xffu;  // code byte 4 + j % 4
+  const unsigned hi = (static_cast<unsigned>(h.w) >> sh) & 0xffu;   // code byte 8 + j % 4
+  const unsigned sc = j < 4 ? lo & 63u : (hi & 0xFu) | ((lo >> 6) << 4);
+  const unsigned mc = j < 4 ? mid & 63u : (hi >> 4) | ((mid >> 6) << 4);
+  const float d = __half2float(__ushort_as_half(static_cast<unsigned short>(static_cast<unsigned>(h.x) & 0xffffu)));
+  const float dmin = __half2float(__ushort_as_half(static_cast<unsigned short>(static_cast<unsigned>(h.x) >> 16)));
+  set_scales(u, __fmul_rn(d, static_cast<float>(sc)), -__fmul_rn(dmin, static_cast<float>(mc)));
 }
 
 template <>
 __device__ __forceinline__ void load_unit<kQ4_K>(const uint8_t* row, int un, Unit& u) {
   const uint8_t* b = row + static_cast<size_t>(un / 8) * sizeof(quant::BlockQ4_K);
   const int s = un % 8;
-  int sc, mc;
-  k_scale_min(b + 4, s, &sc, &mc);
-  set_scales(u, __fmul_rn(ld_half(b), static_cast<float>(sc)), -__fmul_rn(ld_half(b + 2), static_cast<float>(mc)));
-  const uint8_t* qs = b + 16 + 32 * (s / 2);
+  k_header_scales(b, s, u);
+  uint32_t w[8];
+  ld32x8(b + 16 + 32 * (s / 2), w);
   const int shift = 4 * (s % 2);
 #pragma unroll
-  for (int i = 0; i < 8; ++i) u.q[i] = static_cast<int32_t>((ld32a(qs + 4 * i) >> shift) & 0x0f0f0f0fu);
+  for (int i = 0; i < 8; ++i) u.q[i] = static_cast<int32_t>((w[i] >> shift) & 0x0f0f0f0fu);
 }
 
 template <>
 __device__ __forceinline__ void load_unit<kQ5_K>(const uint8_t* row, int un, Unit& u) {
   const uint8_t* b = row + static_cast<size_t>(un / 8) * sizeof(quant::BlockQ5_K);
   const int s = un % 8;
-  int sc, mc;
-  k_scale_min(b + 4, s, &sc, &mc);
-  set_scales(u, __fmul_rn(ld_half(b), static_cast<float>(sc)), -__fmul_rn(ld_half(b + 2), static_cast<float>(mc)));
-  const uint8_t* qh = b + 16;
-  const uint8_t* qs = b + 48 + 32 * (s / 2);
+  k_header_scales(b, s, u);
+  uint32_t qh[8], qs[8];
+  ld32x8(b + 16, qh);
+  ld32x8(b + 48 + 32 * (s / 2), qs);
   const int shift = 4 * (s % 2);
 #pragma unroll
   for (int i = 0; i < 8; ++i) {
-    const uint32_t lo = (ld32a(qs + 4 * i) >> shift) & 0x0f0f0f0fu;
-    const uint32_t hi = (ld32a(qh + 4 * i) >> s) & 0x01010101u;
+    const uint32_t lo = (qs[i] >> shift) & 0x0f0f0f0fu;
+    const uint32_t hi = (qh[i] >> s) & 0x01010101u;
     u.q[i] = static_cast<int32_t>(lo | (hi << 4));
   }
 }
