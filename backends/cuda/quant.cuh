@@ -28,14 +28,25 @@ __device__ __forceinline__ float ld_half(const uint8_t* p) {
   return __half2float(__ushort_as_half(*reinterpret_cast<const uint16_t*>(p)));
 }
 
-// A 32-bit little-endian word at a 2-byte aligned address.
-__device__ __forceinline__ uint32_t ld32(const uint8_t* p) {
-  const auto* h = reinterpret_cast<const uint16_t*>(p);
-  return static_cast<uint32_t>(h[0]) | (static_cast<uint32_t>(h[1]) << 16);
-}
-
 // A 32-bit word at a 4-byte aligned address.
 __device__ __forceinline__ uint32_t ld32a(const uint8_t* p) { return *reinterpret_cast<const uint32_t*>(p); }
+
+// N little-endian words at a 2-byte aligned address (blocks of 18, 34, 110 or 210 bytes): N
+// aligned 4-byte loads and, when p is not 4-byte aligned, a 2-byte one, joined by funnel
+// shifts (two 2-byte loads a word would take 2N loads). Reads nothing outside [p & ~3, p + 4N).
+template <int N>
+__device__ __forceinline__ void ld_words_a2(const uint8_t* p, uint32_t (&w)[N]) {
+  const unsigned off = static_cast<unsigned>(reinterpret_cast<uintptr_t>(p) & 2u);  // 0 or 2
+  // (pointer arithmetic on p, not an integer round trip, so nvcc still sees global memory)
+  const auto* base = reinterpret_cast<const uint32_t*>(p - off);
+  const unsigned shift = off * 8u;
+  uint32_t r[N + 1];
+#pragma unroll
+  for (int i = 0; i < N; ++i) r[i] = base[i];
+  r[N] = shift != 0 ? *reinterpret_cast<const uint16_t*>(base + N) : 0u;
+#pragma unroll
+  for (int i = 0; i < N; ++i) w[i] = __funnelshift_r(r[i], r[i + 1], shift);
+}
 
 // 32 bytes at a 16-byte aligned address as eight little-endian words, in two 16-byte loads.
 __device__ __forceinline__ void ld32x8(const uint8_t* p, uint32_t (&w)[8]) {
@@ -88,11 +99,12 @@ template <>
 __device__ __forceinline__ void load_unit<kQ4_0>(const uint8_t* row, int un, Unit& u) {
   const uint8_t* b = row + static_cast<size_t>(un) * sizeof(quant::BlockQ4_0);
   set_scales(u, ld_half(b), 0.f);
+  uint32_t qs[4];
+  ld_words_a2(b + 2, qs);
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
-    const uint32_t w = ld32(b + 2 + 4 * i);
-    u.q[i] = static_cast<int32_t>(__vsub4(w & 0x0f0f0f0fu, 0x08080808u));
-    u.q[4 + i] = static_cast<int32_t>(__vsub4((w >> 4) & 0x0f0f0f0fu, 0x08080808u));
+    u.q[i] = static_cast<int32_t>(__vsub4(qs[i] & 0x0f0f0f0fu, 0x08080808u));
+    u.q[4 + i] = static_cast<int32_t>(__vsub4((qs[i] >> 4) & 0x0f0f0f0fu, 0x08080808u));
   }
 }
 
@@ -112,10 +124,12 @@ template <>
 __device__ __forceinline__ void load_unit<kQ5_0>(const uint8_t* row, int un, Unit& u) {
   const uint8_t* b = row + static_cast<size_t>(un) * sizeof(quant::BlockQ5_0);
   set_scales(u, ld_half(b), 0.f);
-  const uint32_t qh = ld32(b + 2);
+  uint32_t words[5];  // qh, then the 16 quant bytes
+  ld_words_a2(b + 2, words);
+  const uint32_t qh = words[0];
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
-    const uint32_t w = ld32(b + 6 + 4 * i);
+    const uint32_t w = words[1 + i];
     u.q[i] = static_cast<int32_t>(__vsub4((w & 0x0f0f0f0fu) | spread4(qh >> (4 * i)), 0x10101010u));
     u.q[4 + i] = static_cast<int32_t>(__vsub4(((w >> 4) & 0x0f0f0f0fu) | spread4(qh >> (16 + 4 * i)), 0x10101010u));
   }
@@ -138,19 +152,22 @@ template <>
 __device__ __forceinline__ void load_unit<kQ8_0>(const uint8_t* row, int un, Unit& u) {
   const uint8_t* b = row + static_cast<size_t>(un) * sizeof(quant::BlockQ8_0);
   set_scales(u, ld_half(b), 0.f);
+  uint32_t qs[8];
+  ld_words_a2(b + 2, qs);
 #pragma unroll
-  for (int i = 0; i < 8; ++i) u.q[i] = static_cast<int32_t>(ld32(b + 2 + 4 * i));
+  for (int i = 0; i < 8; ++i) u.q[i] = static_cast<int32_t>(qs[i]);
 }
 
 template <>
 __device__ __forceinline__ void load_unit<kIQ4_NL>(const uint8_t* row, int un, Unit& u) {
   const uint8_t* b = row + static_cast<size_t>(un) * sizeof(quant::BlockIQ4_NL);
   set_scales(u, ld_half(b), 0.f);
+  uint32_t qs[4];
+  ld_words_a2(b + 2, qs);
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
-    const uint32_t w = ld32(b + 2 + 4 * i);
-    u.q[i] = static_cast<int32_t>(iq4_lookup(w & 0x0f0f0f0fu));
-    u.q[4 + i] = static_cast<int32_t>(iq4_lookup((w >> 4) & 0x0f0f0f0fu));
+    u.q[i] = static_cast<int32_t>(iq4_lookup(qs[i] & 0x0f0f0f0fu));
+    u.q[4 + i] = static_cast<int32_t>(iq4_lookup((qs[i] >> 4) & 0x0f0f0f0fu));
   }
 }
 
@@ -227,10 +244,13 @@ __device__ __forceinline__ void load_unit<kQ6_K>(const uint8_t* row, int un, Uni
   const uint8_t* ql = b + 64 * c + 32 * (k & 1);
   const uint8_t* qh = b + 128 + 32 * c;
   const int lshift = 4 * (k >> 1), hshift = 2 * k;
+  uint32_t lw[8], hw[8];
+  ld_words_a2(ql, lw);
+  ld_words_a2(qh, hw);
 #pragma unroll
   for (int i = 0; i < 8; ++i) {
-    const uint32_t lo = (ld32(ql + 4 * i) >> lshift) & 0x0f0f0f0fu;
-    const uint32_t hi = (ld32(qh + 4 * i) >> hshift) & 0x03030303u;
+    const uint32_t lo = (lw[i] >> lshift) & 0x0f0f0f0fu;
+    const uint32_t hi = (hw[i] >> hshift) & 0x03030303u;
     u.q[i] = static_cast<int32_t>(__vsub4(lo | (hi << 4), 0x20202020u));
   }
 }
@@ -249,11 +269,13 @@ __device__ __forceinline__ void load_unit<kQ3_K>(const uint8_t* row, int un, Uni
   u.d0 = __fmul_rn(d, static_cast<float>(scale(2 * s)));
   u.d1 = __fmul_rn(d, static_cast<float>(scale(2 * s + 1)));
   u.m0 = u.m1 = 0.f;
-  const uint8_t* qs = b + 32 + 32 * c;
+  uint32_t qs[8], hm[8];
+  ld_words_a2(b + 32 + 32 * c, qs);
+  ld_words_a2(b, hm);
 #pragma unroll
   for (int i = 0; i < 8; ++i) {
-    const uint32_t lo = (ld32(qs + 4 * i) >> (2 * j)) & 0x03030303u;
-    const uint32_t hi = (ld32(b + 4 * i) >> s) & 0x01010101u;
+    const uint32_t lo = (qs[i] >> (2 * j)) & 0x03030303u;
+    const uint32_t hi = (hm[i] >> s) & 0x01010101u;
     u.q[i] = static_cast<int32_t>(__vsub4(lo | (hi << 2), 0x04040404u));
   }
 }

@@ -124,6 +124,10 @@ inline unsigned __vsub4(unsigned a, unsigned b) {
 inline int __vsub4(int a, int b) {
   return static_cast<int>(__vsub4(static_cast<unsigned>(a), static_cast<unsigned>(b)));
 }
+// The low word of {hi:lo} shifted right by shift & 31.
+inline unsigned __funnelshift_r(unsigned lo, unsigned hi, unsigned shift) {
+  return static_cast<unsigned>(((static_cast<uint64_t>(hi) << 32) | lo) >> (shift & 31));
+}
 // PTX prmt: result byte i is byte (s >> 4i) & 7 of the 8 bytes {y:x}.
 inline unsigned __byte_perm(unsigned x, unsigned y, unsigned s) {
   const uint64_t v = (static_cast<uint64_t>(y) << 32) | x;
