@@ -225,7 +225,7 @@ for m in $models; do
     run_step "ops conformance" 90 "$bin/kite-tests" -tc="ops:*" --duration=true
   fi
   if [ $first = 1 ]; then
-    # Fused launches (backends/cuda/ops.cpp run_fused: 9 launches a llama layer's decode step
+    # Fused launches (backends/cuda/ops.cpp run_fused: 8 launches a llama layer's decode step
     # instead of 24) against one launch per op, and programmatic dependent launch (launch.cuh:
     # a kernel starts while the one before it finishes) against plain launches, on the 1B shape,
     # where launches weigh most.

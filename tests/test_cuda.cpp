@@ -282,10 +282,10 @@ TEST_CASE("cuda: fused launches give the unfused logits bit for bit, in fewer la
   // KITE_CUDA_FUSE is read at every step, so one context of each kind runs the same steps with
   // and without the fusions (ops.cpp run_fused): an rms_norm that also quantizes its rows for the
   // int8 matmuls after it (and attention for the output projection), q/k/v as one mat-vec
-  // launch, gate/up with their swiglu (and its int8 activations) as another, the output projections with their residual
-  // adds, the two ropes, the two cache writes. Each node's arithmetic is the unfused one's, so
-  // the logits must be equal to the bit. Graphs are off so that the emulator counts every
-  // step's launches.
+  // launch, gate/up with their swiglu (and its int8 activations) as another, the output
+  // projections with their residual adds, the two ropes with the two cache writes (two launches
+  // for a Q8_0 cache). Each node's arithmetic is the unfused one's, so the logits must be equal
+  // to the bit. Graphs are off so that the emulator counts every step's launches.
   const ops_test::ScopedEnv op_by_op("KITE_CUDA_GRAPHS", "0");
   struct Case {
     const char* model;
@@ -294,10 +294,11 @@ TEST_CASE("cuda: fused launches give the unfused logits bit for bit, in fewer la
   };
   // int8 weights: the quantizations of q, k, v, gate and up's input (done by the norms), of the
   // attention output (done by the attention) and of the swiglu output (done by the gate/up
-  // launch), 3 mat-vecs, the swiglu, 2 adds, a rope and a cache write; float weights (no int8
-  // activations): all but the quantizations.
-  for (const Case& tc : {Case{"gguf/llama-draft-Q4_K_M.gguf", 15}, Case{"gguf/llama-draft-Q8_0.gguf", 15},
-                         Case{"gguf/qwen2-tiny-f16.gguf", 8}, Case{"gguf/qwen3-tiny-f16.gguf", 8, DType::Q8_0}}) {
+  // launch), 3 mat-vecs, the swiglu, 2 adds, a rope and 2 cache writes (float caches: the ropes
+  // write them); float weights (no int8 activations): all but the quantizations; with a Q8_0
+  // cache, one cache write fewer.
+  for (const Case& tc : {Case{"gguf/llama-draft-Q4_K_M.gguf", 16}, Case{"gguf/llama-draft-Q8_0.gguf", 16},
+                         Case{"gguf/qwen2-tiny-f16.gguf", 9}, Case{"gguf/qwen3-tiny-f16.gguf", 8, DType::Q8_0}}) {
     const LoadedModel& l = load_model(tc.model);
     FusedPair p{tc.model, make_device_ctx(l, "cuda", 256, 2, tc.kv_type), make_device_ctx(l, "cuda", 256, 2, tc.kv_type)};
     EncodeOptions eo;
@@ -337,7 +338,7 @@ TEST_CASE("cuda: fused launches give the unfused logits bit for bit, in fewer la
         p.both(1, [&](Context& c) { return c.decode(std::span<const BatchToken>(&t, 1)); });
 #ifdef KITE_CUDA_EMU
     MESSAGE(p.model, ": a decode step: ", f, " launches fused, ", u, " unfused");
-    CHECK(u - f >= static_cast<uint64_t>(16 * l.model->hparams().n_layer));  // (the merges too)
+    CHECK(u - f >= static_cast<uint64_t>(17 * l.model->hparams().n_layer));  // (the merges too)
 #endif
   }
 #endif

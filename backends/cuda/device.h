@@ -167,8 +167,10 @@ bool fusion_enabled();
 // Runs nodes[0], and with it, when `fuse`, the nodes after it that the same launches can
 // compute: an rms_norm, or an attention of decode rows, that also quantizes its rows for the
 // int8 matmuls after it (which then share them); matmuls of one input on the mat-vec kernels
-// (up to kMaxMatVecOuts weights of one type), with the swiglu of a gate/up pair, or one with the
-// residual add after it; two ropes; two kv_writes. Every node's result is still written.
+// (up to kMaxMatVecOuts weights of one type), with the swiglu of a gate/up pair (and its int8
+// activations), or one with the residual add after it; two ropes, with the two kv_writes of
+// their layer where the caches are float; two kv_writes; attention, merging its split decode
+// rows itself. Every node's result is still written.
 // Returns how many ran.
 Result<size_t> run_fused(Device& dev, OpScratch& scratch, std::span<Tensor* const> nodes, bool fuse);
 

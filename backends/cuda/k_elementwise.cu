@@ -146,8 +146,17 @@ __host__ __device__ __forceinline__ int64_t rope_items(const RopeArgs& a) {
   return (a.hd - a.n_rot / 2) * a.n_head * a.n_tok;
 }
 
-// Item idx of one tensor (rope_items).
-__device__ __forceinline__ void rope_item(const RopeArgs& a, int64_t idx) {
+// Element i of row r of a float-typed conversion's destination (F32/F16/BF16) set to v.
+__device__ __forceinline__ void store_converted(const RowConversion& c, int64_t r, int64_t i, float v) {
+  uint8_t* out = row_ptr(c.dst, c.dst_rows != nullptr ? c.dst_rows[r] : r);
+  if (c.dst_type == kF32) reinterpret_cast<float*>(out)[i] = v;
+  else if (c.dst_type == kF16) reinterpret_cast<__half*>(out)[i] = __float2half_rn(v);
+  else reinterpret_cast<uint16_t*>(out)[i] = to_bf16(v);
+}
+
+// Item idx of one tensor (rope_items). With `cache` (a float-typed kv_write of the result, its
+// rows the tokens: row t = heads' elements one after another) the values go there too.
+__device__ __forceinline__ void rope_item(const RopeArgs& a, int64_t idx, const RowConversion* cache = nullptr) {
   const int64_t half = a.n_rot / 2;
   const int64_t per_row = a.hd - half;  // half pairs + (hd - n_rot) copied elements
   const int64_t e = idx % per_row, h = (idx / per_row) % a.n_head, t = idx / (per_row * a.n_head);
@@ -156,6 +165,7 @@ __device__ __forceinline__ void rope_item(const RopeArgs& a, int64_t idx) {
   if (e >= half) {  // beyond the rotated dimensions
     const int64_t i = a.n_rot + (e - half);
     y[i] = x[i];
+    if (cache != nullptr) store_converted(*cache, t, h * a.hd + i, x[i]);
     return;
   }
   double mscale;
@@ -164,8 +174,14 @@ __device__ __forceinline__ void rope_item(const RopeArgs& a, int64_t idx) {
   const int64_t i0 = a.mode == 0 ? 2 * e : e;
   const int64_t i1 = a.mode == 0 ? 2 * e + 1 : e + half;
   const float x0 = x[i0], x1 = x[i1];
-  y[i0] = __fsub_rn(__fmul_rn(x0, cs), __fmul_rn(x1, sn));
-  y[i1] = __fadd_rn(__fmul_rn(x0, sn), __fmul_rn(x1, cs));
+  const float y0 = __fsub_rn(__fmul_rn(x0, cs), __fmul_rn(x1, sn));
+  const float y1 = __fadd_rn(__fmul_rn(x0, sn), __fmul_rn(x1, cs));
+  y[i0] = y0;
+  y[i1] = y1;
+  if (cache != nullptr) {
+    store_converted(*cache, t, h * a.hd + i0, y0);
+    store_converted(*cache, t, h * a.hd + i1, y1);
+  }
 }
 
 // One thread per item of a, then of b (b.n_head 0: none).
@@ -182,11 +198,20 @@ __global__ void rope_kernel(RopeArgs a, RopeArgs b) {
 // Float rows to F32/F16/BF16: one thread per element, of a's rows, then of b's.
 __device__ __forceinline__ void convert_float_item(const RowConversion& a, int64_t idx) {
   const int64_t r = idx / a.ne0, i = idx % a.ne0;
-  const float v = load_float(a.src_type, row_ptr(a.src, r), i);
-  uint8_t* out = row_ptr(a.dst, a.dst_rows != nullptr ? a.dst_rows[r] : r);
-  if (a.dst_type == kF32) reinterpret_cast<float*>(out)[i] = v;
-  else if (a.dst_type == kF16) reinterpret_cast<__half*>(out)[i] = __float2half_rn(v);
-  else reinterpret_cast<uint16_t*>(out)[i] = to_bf16(v);
+  store_converted(a, r, i, load_float(a.src_type, row_ptr(a.src, r), i));
+}
+
+// A layer's two ropes and two cache writes, float caches: q's items, k's items (each also
+// written to k's cache), then v's elements converted into its cache.
+__global__ void rope_kv_kernel(RopeArgs q, RopeArgs k, RowConversion kc, RowConversion vc) {
+  KITE_GRID_DEPENDENCY();
+  const int64_t nq = rope_items(q), nqk = nq + rope_items(k), n = nqk + vc.ne0 * vc.n_rows;
+  for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < n;
+       idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    if (idx < nq) rope_item(q, idx);
+    else if (idx < nqk) rope_item(k, idx - nq, &kc);
+    else convert_float_item(vc, idx - nqk);
+  }
 }
 
 __global__ void convert_float_kernel(RowConversion a, RowConversion b) {
@@ -264,6 +289,16 @@ cudaError_t launch_rope(const RopeArgs& a, cudaStream_t s, const RopeArgs* b) {
   const int64_t n = rope_items(a) + rope_items(second);
   if (n == 0) return cudaSuccess;
   KITE_KERNEL(blocks_for(n), kThreads, 0, s, rope_kernel)(a, second);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_rope_kv(const RopeArgs& q, const RopeArgs& k, const RowConversion& kc, const RowConversion& vc,
+                           cudaStream_t s) {
+  if (kc.dst_type == kQ8_0 || vc.dst_type == kQ8_0 || kc.ne0 != k.hd * k.n_head || kc.n_rows != k.n_tok)
+    return cudaErrorInvalidValue;
+  const int64_t n = rope_items(q) + rope_items(k) + vc.ne0 * vc.n_rows;
+  if (n == 0) return cudaSuccess;
+  KITE_KERNEL(blocks_for(n), kThreads, 0, s, rope_kv_kernel)(q, k, kc, vc);
   return cudaGetLastError();
 }
 

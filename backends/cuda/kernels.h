@@ -76,6 +76,11 @@ struct RowConversion {
   int64_t ne0 = 0, n_rows = 0;
 };
 cudaError_t launch_convert_rows(const RowConversion& a, cudaStream_t s, const RowConversion* b = nullptr);
+// A layer's ropes of q and k and its kv_writes of roped k (kc: [hd * n_head, n_tok] rows of k's
+// rope output) and of v, float caches only, in one launch: each result as launch_rope and
+// launch_convert_rows write it.
+cudaError_t launch_rope_kv(const RopeArgs& q, const RopeArgs& k, const RowConversion& kc, const RowConversion& vc,
+                           cudaStream_t s);
 
 // ---- top_k (k_top_k.cu) ----------------------------------------------------------------
 // Row r of `src` (F32, ne0 contiguous floats) -> row r of `dst` (F32 [2k + 1 (+ 2)]):

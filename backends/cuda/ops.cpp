@@ -513,6 +513,25 @@ bool is_residual_add_of(const Tensor* n, const Tensor* mm) {
   return n->ne == mm->ne && res->ne == mm->ne && n->n_rows() == mm->ne[1] && uniform_rows(n) && uniform_rows(res);
 }
 
+// rope(q), rope(k), k' = reshape(rope(k)) to [hd * n_kv, n_tok], kv_write(k'), kv_write(v) with
+// float caches: what launch_rope_kv computes. What the launch writes (both ropes' outputs, both
+// caches) is apart from what it reads (both ropes' inputs, v).
+bool is_rope_kv(std::span<Tensor* const> nodes) {
+  const Tensor *q = nodes[0], *k = nodes[1], *view = nodes[2], *kw = nodes[3], *vw = nodes[4];
+  if (q->op != Op::kRope || k->op != Op::kRope || view->op != Op::kView || view->src[0] != k ||
+      view->view_offset != 0 || kw->op != Op::kKvWrite || kw->src[1] != view || vw->op != Op::kKvWrite ||
+      vw->src[2] != kw->src[2] || !is_float(kw->src[0]->type) || !is_float(vw->src[0]->type))
+    return false;
+  const Tensor* v = vw->src[1];
+  if (!k->is_contiguous() || view->ne[0] != k->ne[0] * k->ne[1] || view->n_rows() != k->ne[2]) return false;
+  const Tensor* const written[4] = {q, k, kw->src[0], vw->src[0]};
+  const Tensor* const read[3] = {q->src[0], k->src[0], v};
+  for (const Tensor* out : written)
+    for (const Tensor* in : read)
+      if (overlaps(out, in)) return false;
+  return true;
+}
+
 }  // namespace
 
 Result<size_t> run_fused(Device& dev, OpScratch& sc, std::span<Tensor* const> nodes, bool fuse) {
@@ -537,6 +556,16 @@ Result<size_t> run_fused(Device& dev, OpScratch& sc, std::span<Tensor* const> no
   // read: the planner keeps a node's output apart from the inputs of the node before it
   // (planner.h), and the overlap checks below hold each fusion to that.
   //
+  // A layer's ropes of q and k, then the cache writes of k (through a reshape of its rope) and
+  // of v, float caches: one launch.
+  if (nodes.size() >= 5 && is_rope_kv(nodes)) {
+    KITE_ASSIGN_OR_RETURN(const RopeArgs q, rope_args(dev, n));
+    KITE_ASSIGN_OR_RETURN(const RopeArgs k, rope_args(dev, nodes[1]));
+    KITE_ASSIGN_OR_RETURN(const RowConversion kc, kv_write_rows(dev, nodes[3]));
+    KITE_ASSIGN_OR_RETURN(const RowConversion vc, kv_write_rows(dev, nodes[4]));
+    KITE_LAUNCH(launch_rope_kv(q, k, kc, vc, dev.stream()));
+    return size_t{5};
+  }
   // Two ropes in a row (a layer's queries and keys).
   if (n->op == Op::kRope && nodes[1]->op == Op::kRope && !overlaps(nodes[1], n->src[0]) &&
       !overlaps(n, nodes[1]->src[0])) {
