@@ -284,8 +284,9 @@ TEST_CASE("cuda: fused launches give the unfused logits bit for bit, in fewer la
   // int8 matmuls after it (and attention for the output projection), q/k/v as one mat-vec
   // launch, gate/up with their swiglu (and its int8 activations) as another, the output
   // projections with their residual adds, the two ropes with the two cache writes (two launches
-  // for a Q8_0 cache). Each node's arithmetic is the unfused one's, so the logits must be equal
-  // to the bit. Graphs are off so that the emulator counts every step's launches.
+  // for a Q8_0 cache), qwen3's two per-head norms. Each node's arithmetic is the unfused one's,
+  // so the logits must be equal to the bit. Graphs are off so that the emulator counts every
+  // step's launches.
   const ops_test::ScopedEnv op_by_op("KITE_CUDA_GRAPHS", "0");
   struct Case {
     const char* model;
@@ -296,9 +297,9 @@ TEST_CASE("cuda: fused launches give the unfused logits bit for bit, in fewer la
   // attention output (done by the attention) and of the swiglu output (done by the gate/up
   // launch), 3 mat-vecs, the swiglu, 2 adds, a rope and 2 cache writes (float caches: the ropes
   // write them); float weights (no int8 activations): all but the quantizations; with a Q8_0
-  // cache, one cache write fewer.
+  // cache, one cache write fewer; qwen3's per-head norms of q and k: one more.
   for (const Case& tc : {Case{"gguf/llama-draft-Q4_K_M.gguf", 16}, Case{"gguf/llama-draft-Q8_0.gguf", 16},
-                         Case{"gguf/qwen2-tiny-f16.gguf", 9}, Case{"gguf/qwen3-tiny-f16.gguf", 8, DType::Q8_0}}) {
+                         Case{"gguf/qwen2-tiny-f16.gguf", 9}, Case{"gguf/qwen3-tiny-f16.gguf", 9, DType::Q8_0}}) {
     const LoadedModel& l = load_model(tc.model);
     FusedPair p{tc.model, make_device_ctx(l, "cuda", 256, 2, tc.kv_type), make_device_ctx(l, "cuda", 256, 2, tc.kv_type)};
     EncodeOptions eo;

@@ -169,8 +169,9 @@ bool fusion_enabled();
 // int8 matmuls after it (which then share them); matmuls of one input on the mat-vec kernels
 // (up to kMaxMatVecOuts weights of one type), with the swiglu of a gate/up pair (and its int8
 // activations), or one with the residual add after it; two ropes, with the two kv_writes of
-// their layer where the caches are float; two kv_writes; attention, merging its split decode
-// rows itself. Every node's result is still written.
+// their layer where the caches are float; two kv_writes; two rms_norms of rows of one length
+// (qwen3's q_norm and k_norm); attention, merging its split decode rows itself. Every node's
+// result is still written.
 // Returns how many ran.
 Result<size_t> run_fused(Device& dev, OpScratch& scratch, std::span<Tensor* const> nodes, bool fuse);
 

@@ -77,14 +77,27 @@ __device__ __forceinline__ float rms_normed(const float* x, const float* w, floa
   return w != nullptr ? __fmul_rn(v, w[i]) : v;
 }
 
-// One block per row: sum of squares in f32, then x * s (* w).
-__global__ void rms_norm_kernel(Rows dst, Rows a, const float* w, float eps, int64_t ne0) {
-  KITE_GRID_DEPENDENCY();
-  const int64_t r = blockIdx.x;
+// Row r, by the whole block: sum of squares in f32, then x * s (* w).
+__device__ __forceinline__ void rms_norm_row(const Rows& dst, const Rows& a, const float* w, float eps, int64_t ne0,
+                                             int64_t r) {
   const float* x = reinterpret_cast<const float*>(row_ptr(a, r));
   float* y = reinterpret_cast<float*>(row_ptr(dst, r));
   const float s = rms_scale(x, ne0, eps);
   for (int64_t i = threadIdx.x; i < ne0; i += blockDim.x) y[i] = rms_normed(x, w, s, i);
+}
+
+// One block per row.
+__global__ void rms_norm_kernel(Rows dst, Rows a, const float* w, float eps, int64_t ne0) {
+  KITE_GRID_DEPENDENCY();
+  rms_norm_row(dst, a, w, eps, ne0, blockIdx.x);
+}
+
+// One block per row of a, then of b.
+__global__ void rms_norm_pair_kernel(NormArgs a, NormArgs b) {
+  KITE_GRID_DEPENDENCY();
+  const bool first = blockIdx.x < a.n_rows;
+  const NormArgs& p = first ? a : b;
+  rms_norm_row(p.dst, p.src, p.w, p.eps, p.ne0, first ? blockIdx.x : blockIdx.x - a.n_rows);
 }
 
 // The same row, then each warp quantizes whole 32-element blocks of it (launch_quantize_act's
@@ -271,6 +284,13 @@ cudaError_t launch_rms_norm(Rows dst, Rows a, const float* w, float eps, int64_t
                             cudaStream_t s) {
   if (n_rows == 0) return cudaSuccess;
   KITE_KERNEL(static_cast<unsigned>(n_rows), rms_norm_threads(ne0), 0, s, rms_norm_kernel)(dst, a, w, eps, ne0);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_rms_norm_pair(const NormArgs& a, const NormArgs& b, cudaStream_t s) {
+  if (a.ne0 != b.ne0) return cudaErrorInvalidValue;  // (one block size: each norm's sums as alone)
+  if (a.n_rows + b.n_rows == 0) return cudaSuccess;
+  KITE_KERNEL(static_cast<unsigned>(a.n_rows + b.n_rows), rms_norm_threads(a.ne0), 0, s, rms_norm_pair_kernel)(a, b);
   return cudaGetLastError();
 }
 

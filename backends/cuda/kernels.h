@@ -45,6 +45,15 @@ cudaError_t launch_scale(Rows dst, Rows a, float scale, int64_t ne0, int64_t n_r
 // w may be null.
 cudaError_t launch_rms_norm(Rows dst, Rows a, const float* w, float eps, int64_t ne0, int64_t n_rows,
                             cudaStream_t s);
+// launch_rms_norm's arguments, for two norms of rows of one length (a layer's per-head q_norm and
+// k_norm) in one launch, each result as launch_rms_norm writes it.
+struct NormArgs {
+  Rows dst, src;
+  const float* w = nullptr;
+  float eps = 0.f;
+  int64_t ne0 = 0, n_rows = 0;
+};
+cudaError_t launch_rms_norm_pair(const NormArgs& a, const NormArgs& b, cudaStream_t s);
 
 struct RopeArgs {
   Rows dst, src;            // [hd, n_head, n_tok] (ne1 = n_head, ne2 = n_tok)

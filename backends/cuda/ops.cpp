@@ -17,6 +17,8 @@
 // where the planner put it, with the bits of its own kernel.
 #include <algorithm>
 #include <cstdlib>
+#include <initializer_list>
+#include <iterator>
 #include <string_view>
 
 #include "backends/cuda/device.h"
@@ -313,6 +315,23 @@ Status attention(Device& dev, OpScratch& sc, Tensor* n, bool fused = false, bool
   return ok_status();
 }
 
+// launch_rms_norm's arguments for node n.
+Result<NormArgs> norm_args(Device& dev, const Tensor* n) {
+  NormArgs p;
+  KITE_ASSIGN_OR_RETURN(uint8_t * a, dev.address(n->src[0]));
+  KITE_ASSIGN_OR_RETURN(uint8_t * d, dev.address(n));
+  p.src = rows_of(n->src[0], a);
+  p.dst = rows_of(n, d);
+  if (n->src[1] != nullptr) {
+    KITE_ASSIGN_OR_RETURN(uint8_t * wp, dev.address(n->src[1]));
+    p.w = reinterpret_cast<const float*>(wp);
+  }
+  p.eps = n->params.f[0];
+  p.ne0 = n->src[0]->ne[0];
+  p.n_rows = n->src[0]->n_rows();
+  return p;
+}
+
 Result<RopeArgs> rope_args(Device& dev, Tensor* n) {
   const Tensor* x = n->src[0];
   RopeArgs a;
@@ -427,15 +446,8 @@ Status run_node(Device& dev, OpScratch& sc, Tensor* n) {
       return ok_status();
     }
     case Op::kRmsNorm: {
-      KITE_ASSIGN_OR_RETURN(uint8_t * a, dev.address(n->src[0]));
-      KITE_ASSIGN_OR_RETURN(uint8_t * d, dev.address(n));
-      const float* w = nullptr;
-      if (n->src[1] != nullptr) {
-        KITE_ASSIGN_OR_RETURN(uint8_t * wp, dev.address(n->src[1]));
-        w = reinterpret_cast<const float*>(wp);
-      }
-      KITE_LAUNCH(launch_rms_norm(rows_of(n, d), rows_of(n->src[0], a), w, n->params.f[0], n->src[0]->ne[0],
-                                  n->src[0]->n_rows(), s));
+      KITE_ASSIGN_OR_RETURN(const NormArgs p, norm_args(dev, n));
+      KITE_LAUNCH(launch_rms_norm(p.dst, p.src, p.w, p.eps, p.ne0, p.n_rows, s));
       return ok_status();
     }
     case Op::kGetRows: {
@@ -513,23 +525,33 @@ bool is_residual_add_of(const Tensor* n, const Tensor* mm) {
   return n->ne == mm->ne && res->ne == mm->ne && n->n_rows() == mm->ne[1] && uniform_rows(n) && uniform_rows(res);
 }
 
+// Whether the tensors a launch writes overlap neither one another nor what it reads.
+bool apart(std::initializer_list<const Tensor*> written, std::initializer_list<const Tensor*> read) {
+  for (auto w = written.begin(); w != written.end(); ++w) {
+    for (auto w2 = std::next(w); w2 != written.end(); ++w2)
+      if (overlaps(*w, *w2)) return false;
+    for (const Tensor* r : read)
+      if (overlaps(*w, r)) return false;
+  }
+  return true;
+}
+
 // rope(q), rope(k), k' = reshape(rope(k)) to [hd * n_kv, n_tok], kv_write(k'), kv_write(v) with
-// float caches: what launch_rope_kv computes. What the launch writes (both ropes' outputs, both
-// caches) is apart from what it reads (both ropes' inputs, v).
+// float caches: what launch_rope_kv computes.
 bool is_rope_kv(std::span<Tensor* const> nodes) {
   const Tensor *q = nodes[0], *k = nodes[1], *view = nodes[2], *kw = nodes[3], *vw = nodes[4];
   if (q->op != Op::kRope || k->op != Op::kRope || view->op != Op::kView || view->src[0] != k ||
       view->view_offset != 0 || kw->op != Op::kKvWrite || kw->src[1] != view || vw->op != Op::kKvWrite ||
       vw->src[2] != kw->src[2] || !is_float(kw->src[0]->type) || !is_float(vw->src[0]->type))
     return false;
-  const Tensor* v = vw->src[1];
   if (!k->is_contiguous() || view->ne[0] != k->ne[0] * k->ne[1] || view->n_rows() != k->ne[2]) return false;
-  const Tensor* const written[4] = {q, k, kw->src[0], vw->src[0]};
-  const Tensor* const read[3] = {q->src[0], k->src[0], v};
-  for (const Tensor* out : written)
-    for (const Tensor* in : read)
-      if (overlaps(out, in)) return false;
-  return true;
+  return apart({q, k, kw->src[0], vw->src[0]}, {q->src[0], k->src[0], vw->src[1]});
+}
+
+// Two rms_norms of rows of one length in a row (qwen3's q_norm and k_norm): one launch.
+bool is_norm_pair(const Tensor* a, const Tensor* b) {
+  return a->op == Op::kRmsNorm && b->op == Op::kRmsNorm && a->src[0]->ne[0] == b->src[0]->ne[0] &&
+         apart({a, b}, {a->src[0], b->src[0]});
 }
 
 }  // namespace
@@ -556,6 +578,12 @@ Result<size_t> run_fused(Device& dev, OpScratch& sc, std::span<Tensor* const> no
   // read: the planner keeps a node's output apart from the inputs of the node before it
   // (planner.h), and the overlap checks below hold each fusion to that.
   //
+  if (is_norm_pair(n, nodes[1])) {
+    KITE_ASSIGN_OR_RETURN(const NormArgs a, norm_args(dev, n));
+    KITE_ASSIGN_OR_RETURN(const NormArgs b, norm_args(dev, nodes[1]));
+    KITE_LAUNCH(launch_rms_norm_pair(a, b, dev.stream()));
+    return size_t{2};
+  }
   // A layer's ropes of q and k, then the cache writes of k (through a reshape of its rope) and
   // of v, float caches: one launch.
   if (nodes.size() >= 5 && is_rope_kv(nodes)) {
@@ -583,16 +611,10 @@ Result<size_t> run_fused(Device& dev, OpScratch& sc, std::span<Tensor* const> no
   // rms_norm feeding an int8 matmul: the norm's launch also quantizes its rows.
   if (n->op == Op::kRmsNorm && int8_matmul(dev, nodes[1]) && nodes[1]->src[1] == n && n->src[0]->type == DType::F32 &&
       n->ne[0] % 32 == 0 && n->nb[1] == static_cast<size_t>(n->ne[0]) * sizeof(float) && uniform_rows(n)) {
-    KITE_ASSIGN_OR_RETURN(uint8_t * a, dev.address(n->src[0]));
-    KITE_ASSIGN_OR_RETURN(uint8_t * d, dev.address(n));
-    const float* w = nullptr;
-    if (n->src[1] != nullptr) {
-      KITE_ASSIGN_OR_RETURN(uint8_t * wp, dev.address(n->src[1]));
-      w = reinterpret_cast<const float*>(wp);
-    }
+    KITE_ASSIGN_OR_RETURN(const NormArgs p, norm_args(dev, n));
     KITE_ASSIGN_OR_RETURN(const Int8Activations q, int8_scratch(dev, sc, n));
-    KITE_LAUNCH(launch_rms_norm_quantize(reinterpret_cast<float*>(d), rows_of(n->src[0], a), w, n->params.f[0],
-                                         n->ne[0], n->n_rows(), q.q, q.ds, dev.stream()));
+    KITE_LAUNCH(launch_rms_norm_quantize(static_cast<float*>(p.dst.p), p.src, p.w, p.eps, p.ne0, p.n_rows, q.q, q.ds,
+                                         dev.stream()));
     sc.int8 = q;
     return size_t{1};
   }
