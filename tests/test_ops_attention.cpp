@@ -295,7 +295,7 @@ TEST_CASE("ops: packed-key scores of prefill runs equal the row kernels' bit for
   // attn_scores_kt (x86 levels) must reproduce attn_scores exactly: a token's output may not
   // depend on whether it was scored in a prefill run or alone. Head sizes 8..256 (16-lane and
   // 8-lane panels at the AVX-512 level), 1..8 heads, chunks that end mid-panel, every cache type.
-  bool ran = false;
+  [[maybe_unused]] bool ran = false;  // (checked on x86 only)
   for (SimdLevel l : cpu::supported_simd_levels()) {
     const cpu::MatmulKernels* mk = cpu::matmul_kernels_for(l);
     if (mk == nullptr || mk->attn_scores_kt == nullptr) continue;

@@ -94,6 +94,44 @@ using kite::capi::guard;
 using kite::capi::guard_value;
 using kite::capi::null_arg;
 
+// (Helpers of the C functions below, outside the extern "C" block: they return C++ types.)
+namespace {
+
+// Writes `s` and a NUL into a caller's buffer under kite.h's rules.
+kite_status put_text(const char* fn, const std::string& s, char* out, size_t capacity, size_t* len) {
+  *len = s.size();
+  if (capacity > 0) {
+    const size_t n = std::min(capacity - 1, s.size());
+    std::memcpy(out, s.data(), n);
+    out[n] = '\0';
+  }
+  if (capacity <= s.size()) return capi::too_small(fn, s.size() + 1, capacity);
+  return KITE_OK;
+}
+
+Result<ChatTemplate> choose_template(const kite_model& m, const char* tmpl) {
+  if (tmpl == nullptr) {
+    if (m.has_chat_template) {
+      auto t = ChatTemplate::parse(m.chat_template);
+      if (!t) return t.error().with_context("the model's chat template");
+      return t;
+    }
+    capi::log(KITE_LOG_WARN, "the model has no chat template; using the built-in chatml");
+    return ChatTemplate::builtin("chatml");
+  }
+  const std::string_view s(tmpl);
+  if (s.find("{{") != std::string_view::npos || s.find("{%") != std::string_view::npos) {
+    auto t = ChatTemplate::parse(s);
+    if (!t) return t.error().with_context("the template given");
+    return t;
+  }
+  auto t = ChatTemplate::builtin(s);  // the error lists the built-in names
+  if (!t) return make_error_code(ErrorCode::kInvalidArgument, t.error().message);
+  return t;
+}
+
+}  // namespace
+
 extern "C" {
 
 const char* kite_status_name(kite_status status) {
@@ -254,22 +292,6 @@ kite_status kite_tokenize(const kite_model* model, const char* text, size_t text
   });
 }
 
-namespace {
-
-// Writes `s` and a NUL into a caller's buffer under kite.h's rules.
-kite_status put_text(const char* fn, const std::string& s, char* out, size_t capacity, size_t* len) {
-  *len = s.size();
-  if (capacity > 0) {
-    const size_t n = std::min(capacity - 1, s.size());
-    std::memcpy(out, s.data(), n);
-    out[n] = '\0';
-  }
-  if (capacity <= s.size()) return capi::too_small(fn, s.size() + 1, capacity);
-  return KITE_OK;
-}
-
-}  // namespace
-
 kite_status kite_detokenize(const kite_model* model, const int32_t* tokens, size_t n_tokens, bool render_special,
                             char* text, size_t capacity, size_t* text_len) {
   static const char* const kFn = "kite_detokenize";
@@ -308,31 +330,6 @@ kite_status kite_token_to_piece(const kite_model* model, int32_t token, char* bu
     return KITE_OK;
   });
 }
-
-namespace {
-
-Result<ChatTemplate> choose_template(const kite_model& m, const char* tmpl) {
-  if (tmpl == nullptr) {
-    if (m.has_chat_template) {
-      auto t = ChatTemplate::parse(m.chat_template);
-      if (!t) return t.error().with_context("the model's chat template");
-      return t;
-    }
-    capi::log(KITE_LOG_WARN, "the model has no chat template; using the built-in chatml");
-    return ChatTemplate::builtin("chatml");
-  }
-  const std::string_view s(tmpl);
-  if (s.find("{{") != std::string_view::npos || s.find("{%") != std::string_view::npos) {
-    auto t = ChatTemplate::parse(s);
-    if (!t) return t.error().with_context("the template given");
-    return t;
-  }
-  auto t = ChatTemplate::builtin(s);  // the error lists the built-in names
-  if (!t) return make_error_code(ErrorCode::kInvalidArgument, t.error().message);
-  return t;
-}
-
-}  // namespace
 
 kite_status kite_chat_apply_template(const kite_model* model, const char* tmpl, const kite_chat_message* messages,
                                      size_t n_messages, bool add_generation_prompt, char* text, size_t capacity,
