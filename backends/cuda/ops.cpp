@@ -578,6 +578,7 @@ Result<size_t> run_fused(Device& dev, OpScratch& sc, std::span<Tensor* const> no
   // read: the planner keeps a node's output apart from the inputs of the node before it
   // (planner.h), and the overlap checks below hold each fusion to that.
   //
+  // qwen3's per-head norms of q and k: one launch.
   if (is_norm_pair(n, nodes[1])) {
     KITE_ASSIGN_OR_RETURN(const NormArgs a, norm_args(dev, n));
     KITE_ASSIGN_OR_RETURN(const NormArgs b, norm_args(dev, nodes[1]));
@@ -595,16 +596,14 @@ Result<size_t> run_fused(Device& dev, OpScratch& sc, std::span<Tensor* const> no
     return size_t{5};
   }
   // Two ropes in a row (a layer's queries and keys).
-  if (n->op == Op::kRope && nodes[1]->op == Op::kRope && !overlaps(nodes[1], n->src[0]) &&
-      !overlaps(n, nodes[1]->src[0])) {
+  if (n->op == Op::kRope && nodes[1]->op == Op::kRope && apart({n, nodes[1]}, {n->src[0], nodes[1]->src[0]})) {
     KITE_TRY(rope(dev, n, nodes[1]));
     return size_t{2};
   }
   // Two kv_writes in a row (a layer's keys and values), both to Q8_0 or both to float caches.
   if (n->op == Op::kKvWrite && nodes[1]->op == Op::kKvWrite &&
       (n->src[0]->type == DType::Q8_0) == (nodes[1]->src[0]->type == DType::Q8_0) &&
-      !overlaps(nodes[1]->src[0], n->src[1]) && !overlaps(n->src[0], nodes[1]->src[1]) &&
-      !overlaps(n->src[0], nodes[1]->src[0])) {
+      apart({n->src[0], nodes[1]->src[0]}, {n->src[1], nodes[1]->src[1]})) {
     KITE_TRY(kv_write(dev, n, nodes[1]));
     return size_t{2};
   }
