@@ -25,6 +25,7 @@
 #include "backends/cuda/kernels.h"
 #include "backends/cuda/launch.cuh"
 #include "backends/cuda/mma.cuh"
+#include "backends/cuda/warp.cuh"
 
 namespace {
 
@@ -47,13 +48,19 @@ __global__ void block_sum(const float* x, float* out, int n) {
   }
 }
 
+constexpr int kLaneOps = 7;
 __global__ void lane_ops(int* out) {
   KITE_GRID_DEPENDENCY();
   const int lane = threadIdx.x % 32;
-  int* o = out + threadIdx.x * 3;
+  int* o = out + threadIdx.x * kLaneOps;
   o[0] = __shfl_down_sync(0xffffffffu, lane * 10, 3);
   o[1] = __shfl_sync(0xffffffffu, lane + 100, 5);
   o[2] = __shfl_xor_sync(0xffffffffu, lane, 17, 16);  // (lane mask beyond the 16-lane segment)
+  // redux.sync (warp.cuh's integer reductions), and the |v| maximum through float bits.
+  o[3] = __reduce_add_sync(0xffffffffu, lane - 20);
+  o[4] = static_cast<int>(__reduce_max_sync(0xffffffffu, static_cast<unsigned>(lane * 7 % 32)));
+  o[5] = __reduce_min_sync(0xffffffffu, lane == 9 ? -5 : lane);
+  o[6] = __float_as_int(kite::cuda::warp_max_abs(lane == 13 ? -40.5f : lane * 0.5f));
 }
 
 __global__ void exited_lane(float* out) {
@@ -178,15 +185,22 @@ TEST_CASE("cuda-emu: warp shuffles, shared memory and __syncthreads cooperate as
     CHECK(got[static_cast<size_t>(b)] == doctest::Approx(want).epsilon(1e-5));
   }
 
-  int* dl = device_alloc<int>(64 * 3);
+  int* dl = device_alloc<int>(64 * kLaneOps);
   KITE_KERNEL(1, 64, 0, nullptr, lane_ops)(dl);
   REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
-  const std::vector<int> l = read_back(dl, 64 * 3);
+  const std::vector<int> l = read_back(dl, 64 * kLaneOps);
   for (int t = 0; t < 64; ++t) {
     const int lane = t % 32;
-    CHECK(l[static_cast<size_t>(t * 3)] == (lane + 3 < 32 ? (lane + 3) * 10 : lane * 10));
-    CHECK(l[static_cast<size_t>(t * 3 + 1)] == 105);
-    CHECK(l[static_cast<size_t>(t * 3 + 2)] == lane);  // 17 leaves the 16-lane segment: own value
+    const int* o = &l[static_cast<size_t>(t * kLaneOps)];
+    CHECK(o[0] == (lane + 3 < 32 ? (lane + 3) * 10 : lane * 10));
+    CHECK(o[1] == 105);
+    CHECK(o[2] == lane);  // 17 leaves the 16-lane segment: own value
+    CHECK(o[3] == 496 - 20 * 32);
+    CHECK(o[4] == 31);
+    CHECK(o[5] == -5);
+    float m;
+    std::memcpy(&m, &o[6], 4);
+    CHECK(m == 40.5f);
   }
   cudaFree(dx), cudaFree(dout), cudaFree(dl);
 }
@@ -702,7 +716,7 @@ TEST_CASE("cuda-emu: mma.sync s8 follows the PTX fragment layouts, wraps like in
     CHECK(cudaFree(p) == cudaSuccess);
 }
 
-// The split-k plan mmq takes (k_mmq.cu): the emulator shapes test_cuda_mmq.cpp relies on to run
+// The split-k plan mmq takes (k_mmq.cu): the emulator shapes test_cuda_matmul.cpp relies on to run
 // its split path, and the plan on an H200's 132 SMs for Llama-3-8B's shapes.
 TEST_CASE("cuda-emu: mmq splits over k only when its blocks would leave SMs idle") {
   using kite::cuda::mmq_splits;

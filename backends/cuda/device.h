@@ -168,7 +168,8 @@ bool fusion_enabled();
 // compute: an rms_norm, or an attention of decode rows, that also quantizes its rows for the
 // int8 matmuls after it (which then share them); matmuls of one input on the mat-vec kernels
 // (up to kMaxMatVecOuts weights of one type), with the swiglu of a gate/up pair (and its int8
-// activations), or one with the residual add after it; two ropes, with the two kv_writes of
+// activations), or one with the residual add after it (and for a single column, the next
+// block's rms_norm of the sum, with its int8 activations); two ropes, with the two kv_writes of
 // their layer where the caches are float; two kv_writes; two rms_norms of rows of one length
 // (qwen3's q_norm and k_norm); attention, merging its split decode rows itself. Every node's
 // result is still written.

@@ -31,6 +31,7 @@
 
 #include "backends/cuda/attention.cuh"
 #include "backends/cuda/launch.cuh"
+#include "backends/cuda/warp.cuh"
 
 namespace kite::cuda {
 namespace {
@@ -96,17 +97,6 @@ __device__ __forceinline__ void tc_load_keys(const AttentionArgs& a, int type, c
     }
     dst[key * HD + d] = __float2half(v);
   }
-}
-
-__device__ __forceinline__ int warp_min_i(int v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v = min(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
-}
-__device__ __forceinline__ int warp_max_i(int v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v = max(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
 }
 
 // One warp's item: rows mt * 16 .. mt * 16 + 15 of the run of tokens [t0, t1) (one sequence),

@@ -7,6 +7,7 @@
 #include "backends/cuda/kernels.h"
 #include "backends/cuda/launch.cuh"
 #include "backends/cuda/matvec.cuh"
+#include "backends/cuda/norm.cuh"
 #include "backends/cuda/quant.cuh"
 #include "backends/cuda/warp.cuh"
 
@@ -14,9 +15,6 @@ namespace kite::cuda {
 namespace {
 
 constexpr int kThreads = 256;
-
-// Threads of a row's block: the two rms_norm kernels must agree (the sum's order depends on it).
-int rms_norm_threads(int64_t ne0) { return ne0 >= 1024 ? 1024 : ne0 >= 256 ? 256 : 64; }
 
 int blocks_for(int64_t n, int per_block = kThreads) {
   const int64_t b = (n + per_block - 1) / per_block;
@@ -55,35 +53,13 @@ __global__ void scale_kernel(Rows dst, Rows a, float s, int64_t ne0, int64_t n) 
   }
 }
 
-// 1 / sqrt(mean(x^2) + eps) of a row, summed by the whole block (every thread gets it).
-__device__ float rms_scale(const float* x, int64_t ne0, float eps) {
-  KITE_SHARED(partial, float[32]);
-  float sum = 0.f;
-  for (int64_t i = threadIdx.x; i < ne0; i += blockDim.x) sum += x[i] * x[i];
-  sum = warp_sum(sum);
-  if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = sum;
-  __syncthreads();
-  if (threadIdx.x < 32) {
-    float v = threadIdx.x < blockDim.x / 32 ? partial[threadIdx.x] : 0.f;
-    v = warp_sum(v);
-    if (threadIdx.x == 0) partial[0] = v;
-  }
-  __syncthreads();
-  return 1.f / sqrtf(partial[0] / static_cast<float>(ne0) + eps);
-}
-
-__device__ __forceinline__ float rms_normed(const float* x, const float* w, float s, int64_t i) {
-  const float v = __fmul_rn(x[i], s);
-  return w != nullptr ? __fmul_rn(v, w[i]) : v;
-}
-
 // Row r, by the whole block: sum of squares in f32, then x * s (* w).
 __device__ __forceinline__ void rms_norm_row(const Rows& dst, const Rows& a, const float* w, float eps, int64_t ne0,
                                              int64_t r) {
   const float* x = reinterpret_cast<const float*>(row_ptr(a, r));
   float* y = reinterpret_cast<float*>(row_ptr(dst, r));
-  const float s = rms_scale(x, ne0, eps);
-  for (int64_t i = threadIdx.x; i < ne0; i += blockDim.x) y[i] = rms_normed(x, w, s, i);
+  const float s = rms_scale<1>(x, ne0, eps);
+  for (int64_t i = threadIdx.x; i < ne0; i += blockDim.x) y[i] = rms_normed(x[i], w, s, i);
 }
 
 // One block per row.
@@ -107,12 +83,12 @@ __global__ void rms_norm_quantize_kernel(float* dst, Rows a, const float* w, flo
   KITE_GRID_DEPENDENCY();
   const int64_t r = blockIdx.x;
   const float* x = reinterpret_cast<const float*>(row_ptr(a, r));
-  const float s = rms_scale(x, ne0, eps);
+  const float s = rms_scale<1>(x, ne0, eps);
   const int lane = threadIdx.x % 32;
   const int64_t n_blocks = ne0 / 32;
   for (int64_t b = threadIdx.x / 32; b < n_blocks; b += blockDim.x / 32) {
     const int64_t i = b * 32 + lane;
-    const float y = rms_normed(x, w, s, i);
+    const float y = rms_normed(x[i], w, s, i);
     dst[r * ne0 + i] = y;
     quantize_act_block(y, lane, q + r * ne0 + b * 32, ds + r * n_blocks + b);
   }
@@ -243,7 +219,7 @@ __device__ __forceinline__ void quantize_q8_0_block(const RowConversion& a, int6
   const int64_t per_row = a.ne0 / 32;
   const int64_t r = b / per_row, ib = b % per_row;
   const float x = load_float(a.src_type, row_ptr(a.src, r), ib * 32 + lane);
-  const float amax = warp_max(fabsf(x));
+  const float amax = warp_max_abs(x);
   const float d = amax / 127.f;
   const float id = d != 0.f ? 1.f / d : 0.f;
   uint8_t* blk = row_ptr(a.dst, a.dst_rows != nullptr ? a.dst_rows[r] : r) + ib * sizeof(quant::BlockQ8_0);

@@ -55,13 +55,14 @@ __device__ __forceinline__ void mmv_float_dot(int type, const uint8_t* wr, int64
   }
 }
 
-template <int NC, bool GLU>
+template <int NC, bool GLU, bool NORM>
 __global__ void __launch_bounds__(kMatVecWarps * 32)
     mmv_float_kernel(MatVecGrid g, int type, int64_t k, const float* x, size_t ldx) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   int64_t row;
   const MatVecOut o = matvec_out(g, blockIdx.x, warp, &row);
   matvec_prefetch<GLU>(g, o, row, lane);
+  if constexpr (NORM) matvec_norm_prefetch(g);
   KITE_GRID_DEPENDENCY();
   if (row >= o.m) return;
   float acc[NC], up[NC];
@@ -73,6 +74,7 @@ __global__ void __launch_bounds__(kMatVecWarps * 32)
     mmv_float_dot<NC>(type, static_cast<const uint8_t*>(u.w) + row * u.row_bytes, k, x, ldx, lane, up);
   }
   matvec_store<NC, GLU>(g, o, row, lane, acc, up);
+  if constexpr (NORM) matvec_sum_norm<NC>(g, warp, lane);
 }
 
 __global__ void f32_to_f16_kernel(const float* x, size_t ldx, int64_t k, int64_t n, __half* dst) {
@@ -97,7 +99,7 @@ cudaError_t launch_quantize_act(const float* x, size_t ldx, int64_t k, int64_t n
 
 cudaError_t launch_mmvq(int type, const MatVecJob& job, int64_t k, const int8_t* q, const float* ds, int n,
                         cudaStream_t s) {
-  if (!matvec_job_ok(job)) return cudaErrorInvalidValue;
+  if (!matvec_job_ok(job, n)) return cudaErrorInvalidValue;
   if (matvec_grid(job).blocks == 0) return cudaSuccess;
   switch (type) {
     case kQ2_K: case kQ3_K: case kQ4_K: case kQ5_K: case kQ6_K: case kIQ4_XS:
@@ -108,12 +110,14 @@ cudaError_t launch_mmvq(int type, const MatVecJob& job, int64_t k, const int8_t*
 
 cudaError_t launch_mmv_float(int type, const MatVecJob& job, int64_t k, const float* x, size_t ldx, int n,
                              cudaStream_t s) {
-  if (!matvec_job_ok(job)) return cudaErrorInvalidValue;
+  if (!matvec_job_ok(job, n)) return cudaErrorInvalidValue;
   const MatVecGrid g = matvec_grid(job);
   if (g.blocks == 0) return cudaSuccess;
   return matvec_dispatch(
-      n, job.glu != nullptr,
-      [](auto nc, auto glu) { return mmv_float_kernel<decltype(nc)::value, decltype(glu)::value>; },
+      n, job.glu != nullptr, job.norm != nullptr,
+      [](auto nc, auto glu, auto norm) {
+        return mmv_float_kernel<decltype(nc)::value, decltype(glu)::value, decltype(norm)::value>;
+      },
       [&](auto mmv) { KITE_KERNEL(g.blocks, kMatVecWarps * 32, 0, s, mmv)(g, type, k, x, ldx); });
 }
 

@@ -130,6 +130,10 @@ cudaError_t launch_rms_norm_quantize(float* dst, Rows a, const float* w, float e
 // swiglu output's int8 activations for the down projection after it, as launch_quantize_act
 // would (glu_q: m * n codes, glu_ds: m / 32 * n float4 scales): the last of the blocks that
 // write a 32-row stretch quantizes it. glu_count: m / 32 zeroed counters (left zeroed).
+// With `sum` and `norm` set (m a multiple of 32, kMaxNormTailCols column) the last block
+// to finish also writes rms_norm of the sum's columns (launch_rms_norm's bits; norm: dense
+// [m, n]), and with norm_q its int8 activations (launch_rms_norm_quantize's): a layer's residual
+// add, then the next block's norm. norm_count: one zeroed counter (left zeroed).
 inline constexpr int kMaxMatVecOuts = 3;
 struct MatVecOut {
   const void* w = nullptr;
@@ -150,7 +154,17 @@ struct MatVecJob {
   int64_t add_ld = 0;
   float* sum = nullptr;
   int64_t sum_ld = 0;
+  float* norm = nullptr;
+  const float* norm_w = nullptr;  // (may be null)
+  float norm_eps = 0.f;
+  int8_t* norm_q = nullptr;
+  float* norm_ds = nullptr;
+  unsigned* norm_count = nullptr;
 };
+// One block normalizes the sum after the others finished, as the norm's own launch would with
+// one block a column: it saves that launch for a single sequence's decode step, but would
+// serialize the columns of a batch.
+inline constexpr int kMaxNormTailCols = 1;
 // Quantized W of `type`, from launch_quantize_act's q and ds; n (1..8) columns.
 cudaError_t launch_mmvq(int type, const MatVecJob& job, int64_t k, const int8_t* q, const float* ds, int n,
                         cudaStream_t s);

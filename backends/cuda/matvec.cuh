@@ -9,6 +9,7 @@
 
 #include "backends/cuda/kernels.h"
 #include "backends/cuda/launch.cuh"
+#include "backends/cuda/norm.cuh"
 #include "backends/cuda/warp.cuh"
 
 namespace kite::cuda {
@@ -41,7 +42,7 @@ __device__ __forceinline__ float silu_mul(float x, float z) { return __fmul_rn(x
 // 32-element block in v; d = amax / 127, q = round(v / d), and lane 0 stores the block's float4
 // {d, d * sum(q[0..15]), d * sum(q[16..31]), 0}.
 __device__ __forceinline__ void quantize_act_block(float v, int lane, int8_t* q, float4* ds) {
-  const float d = warp_max(fabsf(v)) / 127.f;
+  const float d = warp_max_abs(v) / 127.f;
   const float id = d != 0.f ? 1.f / d : 0.f;
   const int qi = static_cast<int>(roundf(v * id));
   q[lane] = static_cast<int8_t>(qi);
@@ -115,6 +116,51 @@ __device__ __forceinline__ void matvec_glu_quantize(const MatVecGrid& g, int war
                        ds + c * (m / 32) + stretch);
 }
 
+// rms_norm of the residual sum (MatVecJob::norm), after this block's warps stored their rows:
+// every block counts itself in, and the last one normalizes the sum's columns, reading the
+// others' stores from L2, in rms_scale's order (the norm kernels' bits), then (norm_q) quantizes
+// them. Every warp of the block calls it (m % 32 == 0: no warp's row is past m).
+template <int NC>
+__device__ __forceinline__ void matvec_sum_norm(const MatVecGrid& g, int warp, int lane) {
+  KITE_SHARED(last, int);
+  const MatVecJob& j = g.job;
+  KITE_ASSUME_GLOBAL(j.norm_count);
+  if (lane == 0) __threadfence();  // this warp's sum stores, before the block counts itself in
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    last = atomicAdd(j.norm_count, 1u) == gridDim.x - 1;
+    if (last) *j.norm_count = 0;  // (for the next launch)
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  const int64_t m = j.out[0].m, n_blocks = m / 32;
+  KITE_ASSUME_GLOBAL(j.sum);
+  KITE_ASSUME_GLOBAL(j.norm);
+  float s[NC];
+#pragma unroll
+  for (int c = 0; c < NC; ++c)
+    s[c] = rms_scale<1024 / (kMatVecWarps * 32), true>(j.sum + c * j.sum_ld, m, j.norm_eps);
+  // Each warp normalizes (and quantizes) 32-element blocks, kBatch of them loaded at a time.
+  constexpr int kBatch = 8;
+  auto* ds = reinterpret_cast<float4*>(j.norm_ds);
+  for (int64_t b0 = warp; b0 < NC * n_blocks; b0 += kBatch * kMatVecWarps) {
+    float y[kBatch];
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const int64_t b = b0 + u * kMatVecWarps, c = b / n_blocks, i = b % n_blocks * 32 + lane;
+      y[u] = b < NC * n_blocks ? rms_normed(__ldcg(j.sum + c * j.sum_ld + i), j.norm_w, s[c], i) : 0.f;
+    }
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const int64_t b = b0 + u * kMatVecWarps, c = b / n_blocks, i = b % n_blocks * 32 + lane;
+      if (b >= NC * n_blocks) break;  // (the same for the whole warp)
+      j.norm[c * m + i] = y[u];
+      if (j.norm_q != nullptr) quantize_act_block(y[u], lane, j.norm_q + c * m + i - lane, ds + b);
+    }
+  }
+}
+
 // Before KITE_GRID_DEPENDENCY (launch.cuh): the first KiB of this warp's weight rows (about what
 // its lanes read first) into L2, while the previous kernel still runs. Bounded, so that every
 // resident warp's prefetches fit in L2 beside the previous kernel's data. (L2 is where the SMs'
@@ -131,11 +177,32 @@ __device__ __forceinline__ void matvec_prefetch(const MatVecGrid& g, const MatVe
   }
 }
 
-// Launches kernel<NC, GLU> for n = 1..kMaxMmvCols columns: pick(integral_constant<int, NC>,
-// bool_constant<GLU>) returns the kernel, launch(kernel) launches it.
+// Before KITE_GRID_DEPENDENCY, in a launch with the norm: one 128-byte line of the norm's weight
+// a block into L2 (the lines in turn), for the last block's read (the weight is read once a step,
+// so the weights streamed in between have evicted it).
+__device__ __forceinline__ void matvec_norm_prefetch(const MatVecGrid& g) {
+  if (threadIdx.x != 0 || g.job.norm_w == nullptr) return;
+  const int64_t lines = g.job.out[0].m / 32;  // (m % 32 == 0: 32 floats a line)
+  if (blockIdx.x < lines) KITE_PREFETCH_L2(g.job.norm_w + static_cast<int64_t>(blockIdx.x) * 32);
+}
+
+// Launches kernel<NC, GLU, NORM> for n = 1..kMaxMmvCols columns: pick(integral_constant<int, NC>,
+// bool_constant<GLU>, bool_constant<NORM>) returns the kernel, launch(kernel) launches it. The
+// norm's kernels are their own instances (NC <= kMaxNormTailCols): the other launches keep the
+// registers their loops need.
 template <class Pick, class Launch>
-cudaError_t matvec_dispatch(int n, bool glu, Pick pick, Launch launch) {
-  auto go = [&](auto nc) { glu ? launch(pick(nc, std::true_type{})) : launch(pick(nc, std::false_type{})); };
+cudaError_t matvec_dispatch(int n, bool glu, bool norm, Pick pick, Launch launch) {
+  using Yes = std::true_type;
+  using No = std::false_type;
+  auto go = [&](auto nc) {
+    if (glu) {
+      launch(pick(nc, Yes{}, No{}));
+    } else if (!norm) {
+      launch(pick(nc, No{}, No{}));
+    } else if constexpr (decltype(nc)::value <= kMaxNormTailCols) {
+      launch(pick(nc, No{}, Yes{}));
+    }
+  };
   switch (n) {
     case 1: go(std::integral_constant<int, 1>{}); break;
     case 2: go(std::integral_constant<int, 2>{}); break;
@@ -150,11 +217,16 @@ cudaError_t matvec_dispatch(int n, bool glu, Pick pick, Launch launch) {
   return cudaGetLastError();
 }
 
-// Whether a job is well formed: 1..kMaxMatVecOuts outputs; GLU: two of equal m; a sum: one.
-inline bool matvec_job_ok(const MatVecJob& job) {
+// Whether a job of n columns is well formed: 1..kMaxMatVecOuts outputs; GLU: two of equal m; a
+// sum: one; its norm: kMaxNormTailCols columns at most, whole 32-row blocks.
+inline bool matvec_job_ok(const MatVecJob& job, int n) {
   if (job.n_out < 1 || job.n_out > kMaxMatVecOuts) return false;
   if (job.glu != nullptr && (job.n_out != 2 || job.out[0].m != job.out[1].m)) return false;
   if (job.sum != nullptr && (job.n_out != 1 || job.glu != nullptr || job.add == nullptr)) return false;
+  if (job.norm != nullptr && (job.sum == nullptr || n > kMaxNormTailCols || job.out[0].m % 32 != 0 ||
+                              job.norm_count == nullptr ||
+                              (job.norm_q != nullptr) != (job.norm_ds != nullptr)))
+    return false;
   return true;
 }
 

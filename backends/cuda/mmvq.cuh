@@ -39,13 +39,14 @@ __device__ __forceinline__ void mmvq_dot(const uint8_t* wr, int n_units, const i
   }
 }
 
-template <int T, int NC, bool GLU>
+template <int T, int NC, bool GLU, bool NORM>
 __global__ void __launch_bounds__(kMatVecWarps * 32)
     mmvq_kernel(MatVecGrid g, int n_units, const int8_t* q, const float4* ds) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   int64_t row;
   const MatVecOut o = matvec_out(g, blockIdx.x, warp, &row);
   matvec_prefetch<GLU>(g, o, row, lane);
+  if constexpr (NORM) matvec_norm_prefetch(g);
   KITE_GRID_DEPENDENCY();
   if (row >= o.m) return;
   float acc[NC], up[NC];
@@ -58,6 +59,7 @@ __global__ void __launch_bounds__(kMatVecWarps * 32)
   }
   matvec_store<NC, GLU>(g, o, row, lane, acc, up);
   if (GLU && g.job.glu_q != nullptr) matvec_glu_quantize<NC>(g, warp, lane);
+  if constexpr (NORM) matvec_sum_norm<NC>(g, warp, lane);
 }
 
 template <int T>
@@ -66,8 +68,10 @@ cudaError_t launch_mmvq_t(const MatVecJob& job, int64_t k, const int8_t* q, cons
   const int n_units = static_cast<int>(k / 32);
   const auto* d4 = reinterpret_cast<const float4*>(ds);
   return matvec_dispatch(
-      n, job.glu != nullptr,
-      [](auto nc, auto glu) { return mmvq_kernel<T, decltype(nc)::value, decltype(glu)::value>; },
+      n, job.glu != nullptr, job.norm != nullptr,
+      [](auto nc, auto glu, auto norm) {
+        return mmvq_kernel<T, decltype(nc)::value, decltype(glu)::value, decltype(norm)::value>;
+      },
       [&](auto mmvq) { KITE_KERNEL(g.blocks, kMatVecWarps * 32, 0, s, mmvq)(g, n_units, q, d4); });
 }
 

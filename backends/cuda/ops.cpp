@@ -13,8 +13,8 @@
 // cores where the shape allows (k_attention_tc.cu), decode rows on the CUDA-core kernel.
 //
 // run_fused: neighbouring nodes that one launch can compute together (device.h), so that a
-// decode step of a llama layer is 10 launches instead of 24; every node's result still lands
-// where the planner put it, with the bits of its own kernel.
+// decode step of a llama layer is 6 launches instead of 24 (8 for a batch); every node's result
+// still lands where the planner put it, with the bits of its own kernel.
 #include <algorithm>
 #include <cstdlib>
 #include <initializer_list>
@@ -150,13 +150,20 @@ Result<unsigned*> zeroed_counters(Device& dev, OpScratch& sc, int64_t n) {
   return static_cast<unsigned*>(p);
 }
 
+// The rms_norm of a residual add epilogue, computed by the same launch (MatVecJob::norm), and
+// whether it also writes the norm's int8 activations (an int8 matmul of it follows).
+struct NormTail {
+  Tensor* norm = nullptr;
+  bool int8 = false;
+};
+
 // One matmul, or (mat-vec shapes only) several weights against the same activations in one
 // launch; the same launch may also compute `epilogue`: the swiglu of a gate/up pair, or the add
-// of one matmul's result to a residual (MatVecJob). With `int8_epilogue` (a swiglu epilogue of
-// int8 weights, m % 32 == 0) it also writes the swiglu output's int8 activations, for the down
-// projection after it.
+// of one matmul's result to a residual (MatVecJob), and then that sum's rms_norm (`tail`). With
+// `int8_epilogue` (a swiglu epilogue of int8 weights, m % 32 == 0) it also writes the swiglu
+// output's int8 activations, for the down projection after it.
 Status mul_mat(Device& dev, OpScratch& sc, std::span<Tensor* const> group, Tensor* epilogue = nullptr,
-               bool int8_epilogue = false) {
+               bool int8_epilogue = false, NormTail tail = {}) {
   Tensor* n = group[0];
   const Tensor* w = n->src[0];
   const Tensor* x = n->src[1];
@@ -196,20 +203,39 @@ Status mul_mat(Device& dev, OpScratch& sc, std::span<Tensor* const> group, Tenso
         job.sum_ld = ld;
       }
     }
-    if (is_float(w->type)) {
-      KITE_LAUNCH(launch_mmv_float(tid(w->type), job, k, xf, ldx, static_cast<int>(cols), s));
-    } else {
-      KITE_ASSIGN_OR_RETURN(const Int8Activations q, int8_activations(dev, sc, x, act));
-      Int8Activations out;
-      if (int8_epilogue) {  // into the pair that does not hold q
-        KITE_ASSIGN_OR_RETURN(out, int8_scratch(dev, sc, epilogue, q.q == sc.q.ptr.get()));
+    if (tail.norm != nullptr) {
+      KITE_ASSIGN_OR_RETURN(uint8_t * np, dev.address(tail.norm));
+      job.norm = reinterpret_cast<float*>(np);
+      job.norm_eps = tail.norm->params.f[0];
+      if (const Tensor* nw = tail.norm->src[1]; nw != nullptr) {
+        KITE_ASSIGN_OR_RETURN(uint8_t * wp2, dev.address(nw));
+        job.norm_w = reinterpret_cast<const float*>(wp2);
+      }
+      KITE_ASSIGN_OR_RETURN(job.norm_count, zeroed_counters(dev, sc, 1));
+    }
+    // The int8 activations this launch writes (the swiglu's or the norm's): into the pair that
+    // does not hold those it reads.
+    Int8Activations q, out;
+    if (!is_float(w->type)) {
+      KITE_ASSIGN_OR_RETURN(q, int8_activations(dev, sc, x, act));
+    }
+    if (int8_epilogue || tail.int8) {
+      KITE_ASSIGN_OR_RETURN(out, int8_scratch(dev, sc, int8_epilogue ? epilogue : tail.norm, q.q == sc.q.ptr.get()));
+      if (int8_epilogue) {
         KITE_ASSIGN_OR_RETURN(job.glu_count, zeroed_counters(dev, sc, m / 32));
         job.glu_q = out.q;
         job.glu_ds = out.ds;
+      } else {
+        job.norm_q = out.q;
+        job.norm_ds = out.ds;
       }
-      KITE_LAUNCH(launch_mmvq(tid(w->type), job, k, q.q, q.ds, static_cast<int>(cols), s));
-      if (int8_epilogue) sc.int8 = out;
     }
+    if (is_float(w->type)) {
+      KITE_LAUNCH(launch_mmv_float(tid(w->type), job, k, xf, ldx, static_cast<int>(cols), s));
+    } else {
+      KITE_LAUNCH(launch_mmvq(tid(w->type), job, k, q.q, q.ds, static_cast<int>(cols), s));
+    }
+    if (out.q != nullptr) sc.int8 = out;
     return ok_status();
   }
   if (group.size() != 1 || epilogue != nullptr) return make_error("cuda: fused matmuls of ", cols, " columns");
@@ -525,6 +551,23 @@ bool is_residual_add_of(const Tensor* n, const Tensor* mm) {
   return n->ne == mm->ne && res->ne == mm->ne && n->n_rows() == mm->ne[1] && uniform_rows(n) && uniform_rows(res);
 }
 
+// rms_norm of a residual add's sum into dense rows of 32-element blocks: what the mat-vec
+// launch of the add can compute after it (MatVecJob::norm). Its last block reads the sum after
+// every other block has read its inputs and written its rows, so the norm may overlap those,
+// but not the sum or its weight.
+bool is_norm_of_sum(const Tensor* n, const Tensor* add) {
+  return n->op == Op::kRmsNorm && n->src[0] == add && n->ne == add->ne && n->ne[0] % 32 == 0 &&
+         n->nb[1] == static_cast<size_t>(n->ne[0]) * sizeof(float) && uniform_rows(n) &&
+         !overlaps(n, add) && (n->src[1] == nullptr || !overlaps(n, n->src[1]));
+}
+
+// KITE_CUDA_NORM_TAIL=0: a residual add's launch leaves the norm after it to the norm's own
+// launch (for measuring the fusion; read at every step).
+bool norm_tail_enabled() {
+  const char* env = std::getenv("KITE_CUDA_NORM_TAIL");
+  return env == nullptr || std::string_view(env) != "0";
+}
+
 // Whether the tensors a launch writes overlap neither one another nor what it reads.
 bool apart(std::initializer_list<const Tensor*> written, std::initializer_list<const Tensor*> read) {
   for (auto w = written.begin(); w != written.end(); ++w) {
@@ -633,6 +676,13 @@ Result<size_t> run_fused(Device& dev, OpScratch& sc, std::span<Tensor* const> no
       return size_t{3};
     }
     if (count == 1 && is_residual_add_of(nodes[1], n) && !overlaps(nodes[1], n->src[1])) {
+      // ... and the sum's rms_norm (the next block's input), for a single column.
+      if (nodes.size() > 2 && n->src[1]->n_rows() <= kMaxNormTailCols && is_norm_of_sum(nodes[2], nodes[1]) &&
+          norm_tail_enabled()) {
+        const bool int8 = nodes.size() > 3 && int8_matmul(dev, nodes[3]) && nodes[3]->src[1] == nodes[2];
+        KITE_TRY(mul_mat(dev, sc, nodes.first(1), nodes[1], false, NormTail{nodes[2], int8}));
+        return size_t{3};
+      }
       KITE_TRY(mul_mat(dev, sc, nodes.first(1), nodes[1]));
       return size_t{2};
     }

@@ -284,6 +284,25 @@ T __shfl_xor_sync(unsigned mask, T v, int lane_mask, int width = 32,
   const bool in = (src & ~(width - 1)) == kite::cuda::emu::segment_base(lane, width);
   return kite::cuda::emu::shuffle(mask, v, in ? src : lane, site);
 }
+// redux.sync: every lane of the (whole-warp) mask gets the reduction of all lanes' values;
+// emulated as an xor-shuffle tree (integers: the order cannot change the result).
+template <class T, class Op>
+T warp_reduce_(unsigned mask, T v, Op op, kite::cuda::emu::Site site) {
+  for (int o = 16; o > 0; o >>= 1) v = op(v, __shfl_xor_sync(mask, v, o, 32, site));
+  return v;
+}
+#define KITE_EMU_REDUX_(name, expr)                                                                      \
+  inline int name(unsigned mask, int v, kite::cuda::emu::Site site = kite::cuda::emu::Site::current()) { \
+    return warp_reduce_(mask, v, [](int a, int b) { return expr; }, site);                               \
+  }                                                                                                      \
+  inline unsigned name(unsigned mask, unsigned v,                                                        \
+                       kite::cuda::emu::Site site = kite::cuda::emu::Site::current()) {                  \
+    return warp_reduce_(mask, v, [](unsigned a, unsigned b) { return expr; }, site);                     \
+  }
+KITE_EMU_REDUX_(__reduce_add_sync, static_cast<decltype(a)>(static_cast<unsigned>(a) + static_cast<unsigned>(b)))  // (wraps)
+KITE_EMU_REDUX_(__reduce_min_sync, a < b ? a : b)
+KITE_EMU_REDUX_(__reduce_max_sync, a < b ? b : a)
+#undef KITE_EMU_REDUX_
 template <class T>
 T __shfl_down_sync(unsigned mask, T v, unsigned delta, int width = 32,
                    kite::cuda::emu::Site site = kite::cuda::emu::Site::current()) {

@@ -1,10 +1,12 @@
-// The CUDA backend's int8 tensor-core matmul (backends/cuda/k_mmq.cu, launch_mmq): mul_mat of
-// every quantized weight type with more columns than the mat-vec kernels take, run through the
-// backend with KITE_CUDA_MMQ=1 and compared with the CPU backend and with an exact host model of
-// the kernel's arithmetic (the same int8 activations); the routing (KITE_CUDA_MMQ, the column
-// threshold). Without the CUDA backend or a device the cases skip, visibly. (The emulator's
-// mma.sync is tested in test_cuda_emu.cpp; test_ops.cpp's "ops: mul_mat ..." cases run mmq too:
-// it takes 9..256 columns.)
+// The CUDA backend's matmuls beyond the op conformance test (test_ops.cpp): the int8
+// tensor-core matmul (backends/cuda/k_mmq.cu, launch_mmq) for every quantized weight type with
+// more columns than the mat-vec kernels take, run with KITE_CUDA_MMQ=1 and compared with the CPU
+// backend and with an exact host model of the kernel's arithmetic (the same int8 activations),
+// and its routing (KITE_CUDA_MMQ, the column threshold); the mat-vec launch that also computes a
+// residual add and the rms_norm after it (ops.cpp run_fused), against the unfused launches. Without
+// the CUDA backend or a device the cases skip, visibly. (The emulator's mma.sync is tested in
+// test_cuda_emu.cpp; test_ops.cpp's "ops: mul_mat ..." cases run mmq too: it takes 9..256
+// columns.)
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -14,6 +16,10 @@
 
 #include "src/core/backend.h"
 #include "tests/ops_test_util.h"
+#ifdef KITE_CUDA_EMU
+#include "backends/cuda/emu/runtime.h"
+#include "backends/cuda/kernels.h"
+#endif
 
 using namespace kite;
 using namespace kite::ops_test;
@@ -163,5 +169,87 @@ TEST_CASE("cuda: mmq routing, KITE_CUDA_MMQ and the 256-column threshold") {
     CHECK(nmse(mmq, to_double(cublas)) < 1e-4);
     CHECK(mmq != cublas);
     CHECK(by_default == (n <= 256 ? mmq : cublas));
+  }
+}
+
+TEST_CASE("cuda: a residual add's mat-vec launch normalizes the sum with the norm kernel's bits") {
+  auto cuda = cuda_or_skip();
+  if (!cuda) return;
+  auto cpu = create_backend("cpu");
+  REQUIRE(cpu.ok());
+  const ScopedEnv op_by_op("KITE_CUDA_GRAPHS", "0");
+  // sum = res + W1 · x, h = rms_norm(sum) (then, in the second graph, W2 · h + h: the norm also
+  // quantizes h for W2's int8 kernel, and h's bits show in the output). For one column the
+  // mat-vec launch's last block normalizes the sum (kMaxNormTailCols), summing it in the norm
+  // kernel's order: widths whose sums run as 64, 256 and 1024 threads, the last 1024-wide
+  // stretch partial (1280) or whole (4096). More columns take the norm's own launch.
+  const int64_t k = 256;
+  uint32_t seed = 9500;
+  for (DType t : {DType::Q4_K, DType::Q8_0, DType::F16}) {
+    for (int64_t m : {96, 256, 1280, 4096}) {
+      for (int64_t n : {1, 2}) {
+        for (const bool weighted : {true, false}) {
+          for (const bool then_matmul : {false, true}) {
+            // (W2 is [m, m]: whole weight blocks, and not too big for the emulator.)
+            if (then_matmul && (m % quant::find_traits(t)->block_size != 0 || m > 1280)) continue;
+            const std::vector<float> w1 = randn(static_cast<size_t>(k * m), seed++);
+            const std::vector<uint8_t> w1b = encode(t, w1, m, k);
+            const std::vector<float> xf = randn(static_cast<size_t>(k * n), seed++);
+            const std::vector<float> rf = randn(static_cast<size_t>(m * n), seed++, 4.f);
+            const std::vector<float> nwf = randn(static_cast<size_t>(m), seed++);
+            const std::vector<uint8_t> w2b = then_matmul ? encode(t, randn(static_cast<size_t>(m * m), seed++), m, m)
+                                                         : std::vector<uint8_t>{};
+            auto run = [&](Backend& be) {
+              Graph g;
+              Tensor* w1t = g.input(t, {k, m}, "w1");
+              Tensor* x = g.input(DType::F32, {k, n}, "x");
+              Tensor* res = g.input(DType::F32, {m, n}, "res");
+              std::vector<Input> in = {{w1t, w1b}, {x, bytes_of(xf)}, {res, bytes_of(rf)}};
+              Tensor* nw = nullptr;
+              if (weighted) {
+                nw = g.input(DType::F32, {m}, "norm_w");
+                in.push_back({nw, bytes_of(nwf)});
+              }
+              Tensor* h = g.rms_norm(g.add(res, g.mul_mat(w1t, x)), nw, 1e-5f);
+              Tensor* out = h;
+              if (then_matmul) {
+                Tensor* w2t = g.input(t, {m, m}, "w2");
+                out = g.add(g.mul_mat(w2t, h), h);
+                in.push_back({w2t, w2b});
+              }
+              return run_graph(be, g, out, in);
+            };
+            const std::string what = std::string(quant::find_traits(t)->name) + " m=" + std::to_string(m) +
+                                     " n=" + std::to_string(n) + (weighted ? " weighted" : "") +
+                                     (then_matmul ? " then W2" : "");
+            INFO(what);
+            std::vector<float> fused, plain;
+            uint64_t launches[2] = {0, 0};
+            for (const bool fuse : {true, false}) {
+              const ScopedEnv env("KITE_CUDA_FUSE", fuse ? nullptr : "0");
+#ifdef KITE_CUDA_EMU
+              const uint64_t before = cuda::emu::counters().launches;
+#endif
+              (fuse ? fused : plain) = run(*cuda);
+#ifdef KITE_CUDA_EMU
+              launches[fuse ? 0 : 1] = cuda::emu::counters().launches - before;
+#endif
+            }
+            CHECK(fused == plain);
+            // Near the CPU's: W1's 8-bit activations; then h's, on both sides, in blocks of 32
+            // here and of 32 or 256 on the CPU (as in the mmq case above).
+            CHECK(nmse(fused, to_double(run(**cpu))) < (then_matmul ? 8e-4 : 1e-4));
+#ifdef KITE_CUDA_EMU
+            // Unfused: W1 (after x's quantization, for int8 weights), add, norm, (h's quantization
+            // for int8 weights,) W2, add. Fused: the adds join the mat-vec launches and, for one
+            // column, so does the norm; the norm quantizes h in its launch.
+            const bool int8 = !ops_test::is_float(t);
+            CHECK(launches[1] - launches[0] == (n <= cuda::kMaxNormTailCols ? 2u : 1u) + (then_matmul ? (int8 ? 2u : 1u) : 0u));
+#endif
+            (void)launches;
+          }
+        }
+      }
+    }
   }
 }
