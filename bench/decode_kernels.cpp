@@ -72,8 +72,8 @@ void bench_batches(const cpu::MatmulKernels& mk, const char* level, const quant:
                    const std::vector<float>& x, const std::vector<uint8_t>& w, size_t row_bytes, int64_t cold_rows,
                    const std::vector<int>& nas) {
   const auto id = static_cast<size_t>(tr.type);
-  const bool t16m = mk.tile16m_pack[id] != nullptr;  // with mins (Q2_K)
-  const bool t16 = t16m || mk.tile16_pack[id] != nullptr;
+  const cpu::TileKernels tk = cpu::tile_kernels(&mk, static_cast<DType>(tr.type));
+  const bool t16 = tk.q8u();
   const cpu::ActFormat rf = cpu::act_format(static_cast<DType>(tr.type));
   const cpu::ActFormat tf = t16 ? cpu::ActFormat::kQ8U : cpu::ActFormat::kQ8;
   const int max_na = *std::max_element(nas.begin(), nas.end());
@@ -85,10 +85,7 @@ void bench_batches(const cpu::MatmulKernels& mk, const char* level, const quant:
     mk.quantize_q8(xr, at.data() + tab * j, k);
     if (t16) cpu::act_q8_to_q8u(at.data() + tab * j, k);
   }
-  const auto pack = t16m ? mk.tile16m_pack[id] : t16 ? mk.tile16_pack[id] : mk.tile_pack[id];
-  const auto* tdot = t16m ? mk.tile16m_dot : t16 ? mk.tile16_dot : mk.tile_dot;
-  const size_t tile_block = t16m ? cpu::kTile16MinBlockBytes : t16 ? cpu::kTile16BlockBytes : cpu::kTileBlockBytes;
-  std::vector<uint8_t> tile(static_cast<size_t>(k / 32) * tile_block);
+  std::vector<uint8_t> tile(static_cast<size_t>(k / 32) * tk.block_bytes);
   const int64_t hot_rows = std::max<int64_t>(64, static_cast<int64_t>((256u << 10) / row_bytes)) / 8 * 8;
   float out[cpu::kGemmMaxNa * cpu::kTileRows];
   float sink = 0.f;
@@ -130,22 +127,21 @@ void bench_batches(const cpu::MatmulKernels& mk, const char* level, const quant:
         }
       }
     };
-    const auto tdot8 = t16m ? mk.tile16m_dot8 : t16 ? mk.tile16_dot8 : mk.tile_dot8;
     auto tile_rows = [&](int64_t rows, int mode) {
       for (int64_t i = 0; i < rows; i += cpu::kTileRows) {
         const uint8_t* rp[cpu::kTileRows];
         for (int r = 0; r < cpu::kTileRows; ++r) rp[r] = w.data() + static_cast<size_t>(i + r) * row_bytes;
-        if (mode != 0) pack(rp, cpu::kTileRows, k, tile.data());
+        if (mode != 0) tk.pack(rp, cpu::kTileRows, k, tile.data());
         for (int j0 = 0, nn = 0; j0 < na; j0 += nn) {
           if (mode == 0) {
             nn = std::min(cpu::kGemmMaxNa, na - j0);
             mk.gemm8[id](rp, cpu::kTileRows, k, at.data() + tab * j0, tab, nn, out);
-          } else if (mode == 2 && na - j0 >= 8 && tdot8 != nullptr) {
+          } else if (mode == 2 && na - j0 >= 8 && tk.dot8 != nullptr) {
             nn = 8;
-            tdot8(k, tile.data(), at.data() + tab * j0, tab, out);
+            tk.dot8(k, tile.data(), at.data() + tab * j0, tab, out);
           } else {
             nn = std::min(cpu::kMaxNa, na - j0);
-            tdot[nn - 1](k, tile.data(), at.data() + tab * j0, tab, out);
+            tk.dot[nn - 1](k, tile.data(), at.data() + tab * j0, tab, out);
           }
           sink += out[0];
         }
@@ -157,9 +153,9 @@ void bench_batches(const cpu::MatmulKernels& mk, const char* level, const quant:
       std::printf(" | %s dots %6.2f", cold ? "dram" : "hot", run_rows(rows_dot, row_bytes, rows, 0.2));
       if (mk.gemm8[id] != nullptr)
         std::printf(" gemm8 %6.2f", run_rows([&](int64_t r) { tile_rows(r, 0); }, row_bytes, rows, 0.2));
-      if (pack != nullptr)
+      if (tk.pack != nullptr)
         std::printf(" tiles %6.2f", run_rows([&](int64_t r) { tile_rows(r, 1); }, row_bytes, rows, 0.2));
-      if (pack != nullptr && na >= 8)
+      if (tk.pack != nullptr && na >= 8)
         std::printf(" tiles8 %6.2f", run_rows([&](int64_t r) { tile_rows(r, 2); }, row_bytes, rows, 0.2));
       if (wpack != nullptr)
         std::printf(" wide %6.2f", run_rows(wide_rows, row_bytes, rows / 16 * 16, 0.2));

@@ -64,29 +64,27 @@ TEST_CASE("ops: prefill tiles match the per-row kernels on the same activations"
     int tiled_types = 0;
     for (DType t : kQuantTypes) {
       const auto id = static_cast<size_t>(t);
-      // 16-element-scale tiles, with mins (Q2_K) or without; ActQ8U activations for both.
-      const bool t16m = mk.tile16m_pack[id] != nullptr, t16 = mk.tile16_pack[id] != nullptr || t16m;
-      if (mk.tile_pack[id] == nullptr && !t16) continue;
+      // 32-element tiles, or 16-element-scale ones with mins (Q2_K) or without (ActQ8U activations).
+      const cpu::TileKernels tk = cpu::tile_kernels(&mk, t);
+      if (tk.kind == cpu::TileKernels::kNone) continue;
       ++tiled_types;
       for (int nrows : {8, 5}) {
         const std::vector<uint8_t> wb = encode(t, randn(static_cast<size_t>(k * nrows), 78 + nrows), nrows, k);
         const size_t rb = wb.size() / static_cast<size_t>(nrows);
         // Activations for the tile (ActQ8, or ActQ8U with codes + 128) and for the row kernel.
         const size_t ab = cpu::act_row_bytes(cpu::ActFormat::kQ8, k);
-        const std::vector<uint8_t> at = tile_acts(mk, xf, k, na, t16);
+        const std::vector<uint8_t> at = tile_acts(mk, xf, k, na, tk.q8u());
         const cpu::ActFormat rf = cpu::act_format(t);
         const size_t rab = cpu::act_row_bytes(rf, k);
         std::vector<uint8_t> ar(rab * na);
         for (int j = 0; j < na; ++j)
           (rf == cpu::ActFormat::kQ8 ? mk.quantize_q8 : mk.quantize_q8k)(&xf[static_cast<size_t>(j * k)], ar.data() + rab * j, k);
-        std::vector<uint8_t> tile(static_cast<size_t>(k / 32) * (t16m  ? cpu::kTile16MinBlockBytes
-                                                                 : t16 ? cpu::kTile16BlockBytes
-                                                                       : cpu::kTileBlockBytes));
+        std::vector<uint8_t> tile(static_cast<size_t>(k / 32) * tk.block_bytes);
         const uint8_t* rows[cpu::kTileRows];
         for (int r = 0; r < nrows; ++r) rows[r] = wb.data() + rb * r;
-        (t16m ? mk.tile16m_pack[id] : t16 ? mk.tile16_pack[id] : mk.tile_pack[id])(rows, nrows, k, tile.data());
+        tk.pack(rows, nrows, k, tile.data());
         float got[cpu::kMaxNa * cpu::kTileRows];
-        (t16m ? mk.tile16m_dot : t16 ? mk.tile16_dot : mk.tile_dot)[na - 1](k, tile.data(), at.data(), ab, got);
+        tk.dot[na - 1](k, tile.data(), at.data(), ab, got);
         std::vector<float> g;
         std::vector<double> ref;
         for (int j = 0; j < na; ++j)
@@ -120,22 +118,18 @@ TEST_CASE("ops: gemm8 small-batch kernels match the packed tiles on the same act
       const auto id = static_cast<size_t>(t);
       if (mk.gemm8[id] == nullptr) continue;
       ++types;
-      const bool t16m = mk.tile16m_pack[id] != nullptr;  // with mins (Q2_K)
-      const bool t16 = t16m || mk.tile16_pack[id] != nullptr;
-      REQUIRE((t16 || mk.tile_pack[id] != nullptr));
-      const auto pack = t16m ? mk.tile16m_pack[id] : t16 ? mk.tile16_pack[id] : mk.tile_pack[id];
-      const auto* tdot = t16m ? mk.tile16m_dot : t16 ? mk.tile16_dot : mk.tile_dot;
-      const size_t tile_block = t16m ? cpu::kTile16MinBlockBytes : t16 ? cpu::kTile16BlockBytes : cpu::kTileBlockBytes;
+      const cpu::TileKernels tk = cpu::tile_kernels(&mk, t);
+      REQUIRE(tk.kind != cpu::TileKernels::kNone);
       // ActQ8 activations (codes + 128 for the 16-element-scale types), as both paths take them.
       const size_t ab = cpu::act_row_bytes(cpu::ActFormat::kQ8, k);
-      const std::vector<uint8_t> at = tile_acts(mk, xf, k, max_na, t16);
+      const std::vector<uint8_t> at = tile_acts(mk, xf, k, max_na, tk.q8u());
       for (int nrows : {8, 5, 1}) {
         const std::vector<uint8_t> wb = encode(t, randn(static_cast<size_t>(k * nrows), 92 + nrows), nrows, k);
         const size_t rb = wb.size() / static_cast<size_t>(nrows);
         const uint8_t* rows[cpu::kTileRows];
         for (int r = 0; r < nrows; ++r) rows[r] = wb.data() + rb * r;
-        std::vector<uint8_t> tile(static_cast<size_t>(k / 32) * tile_block);
-        pack(rows, nrows, k, tile.data());
+        std::vector<uint8_t> tile(static_cast<size_t>(k / 32) * tk.block_bytes);
+        tk.pack(rows, nrows, k, tile.data());
         for (int na = 1; na <= max_na; ++na) {
           float got[cpu::kGemmMaxNa * cpu::kTileRows];
           mk.gemm8[id](rows, nrows, k, at.data(), ab, na, got);
@@ -143,7 +137,7 @@ TEST_CASE("ops: gemm8 small-batch kernels match the packed tiles on the same act
           std::vector<double> ref;
           for (int j = 0; j < na; ++j) {
             float one[cpu::kTileRows];
-            tdot[0](k, tile.data(), at.data() + ab * j, ab, one);
+            tk.dot[0](k, tile.data(), at.data() + ab * j, ab, one);
             for (int r = 0; r < nrows; ++r) ref.push_back(one[r]), g.push_back(got[j * cpu::kTileRows + r]);
           }
           INFO(cpu::simd_level_name(l), " ", quant::find_traits(t)->name, " rows ", nrows, " na ", na);
@@ -579,17 +573,13 @@ TEST_CASE("ops: wgemm batched-decode kernels match the packed tiles on the same 
       const auto id = static_cast<size_t>(t);
       if (mk.wgemm[id] == nullptr) continue;
       ++types;
-      const bool t16m = mk.tile16m_pack[id] != nullptr;  // with mins (Q2_K)
-      const bool t16 = t16m || mk.tile16_pack[id] != nullptr;
-      REQUIRE((t16 || mk.tile_pack[id] != nullptr));
-      const auto pack = t16m ? mk.tile16m_pack[id] : t16 ? mk.tile16_pack[id] : mk.tile_pack[id];
-      const auto* tdot = t16m ? mk.tile16m_dot : t16 ? mk.tile16_dot : mk.tile_dot;
-      const size_t tile_block = t16m ? cpu::kTile16MinBlockBytes : t16 ? cpu::kTile16BlockBytes : cpu::kTileBlockBytes;
+      const cpu::TileKernels tk = cpu::tile_kernels(&mk, t);
+      REQUIRE(tk.kind != cpu::TileKernels::kNone);
       // Two 256-element super-blocks (K types) or 9 blocks of 32.
       const int64_t k = quant::find_traits(t)->block_size == 256 ? 512 : 288;
       const std::vector<float> xf = randn(static_cast<size_t>(k * max_na), 901);
       const size_t ab = cpu::act_row_bytes(cpu::ActFormat::kQ8, k);
-      const std::vector<uint8_t> at = tile_acts(mk, xf, k, max_na, t16);
+      const std::vector<uint8_t> at = tile_acts(mk, xf, k, max_na, tk.q8u());
       for (int nrows : {16, 11, 1}) {
         const std::vector<uint8_t> wb = encode(t, randn(static_cast<size_t>(k * nrows), 902 + nrows), nrows, k);
         const size_t rb = wb.size() / static_cast<size_t>(nrows);
@@ -598,12 +588,12 @@ TEST_CASE("ops: wgemm batched-decode kernels match the packed tiles on the same 
         // The reference: 8-row tiles, one activation row at a time.
         std::vector<double> ref_all(static_cast<size_t>(max_na * cpu::kWideTileRows), 0.0);
         for (int h = 0; h * cpu::kTileRows < nrows; ++h) {
-          std::vector<uint8_t> tile(static_cast<size_t>(k / 32) * tile_block);
+          std::vector<uint8_t> tile(static_cast<size_t>(k / 32) * tk.block_bytes);
           const int n8 = std::min(cpu::kTileRows, nrows - h * cpu::kTileRows);
-          pack(rows + h * cpu::kTileRows, n8, k, tile.data());
+          tk.pack(rows + h * cpu::kTileRows, n8, k, tile.data());
           for (int j = 0; j < max_na; ++j) {
             float one[cpu::kTileRows];
-            tdot[0](k, tile.data(), at.data() + ab * static_cast<size_t>(j), ab, one);
+            tk.dot[0](k, tile.data(), at.data() + ab * static_cast<size_t>(j), ab, one);
             for (int r = 0; r < n8; ++r) ref_all[static_cast<size_t>(j * cpu::kWideTileRows + h * cpu::kTileRows + r)] = one[r];
           }
         }

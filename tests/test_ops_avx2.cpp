@@ -107,22 +107,22 @@ struct TileResults {
 TileResults run_tiles(const cpu::MatmulKernels& mk, DType t, const std::vector<uint8_t>& wb, int nrows, int64_t k,
                       const std::vector<uint8_t>& at, int na) {
   const auto id = static_cast<size_t>(t);
-  const bool t16 = is_t16(t);
-  REQUIRE(((t16 ? mk.tile16_pack[id] : mk.tile_pack[id]) != nullptr));
+  const cpu::TileKernels tk = cpu::tile_kernels(&mk, t);
+  REQUIRE(tk.kind == (is_t16(t) ? cpu::TileKernels::k16 : cpu::TileKernels::k32));
   REQUIRE((mk.gemm8[id] != nullptr));
   const size_t rb = wb.size() / static_cast<size_t>(nrows);
   const uint8_t* rows[cpu::kTileRows];
   for (int r = 0; r < nrows; ++r) rows[r] = wb.data() + rb * static_cast<size_t>(r);
-  std::vector<uint8_t> tile(static_cast<size_t>(k / 32) * (t16 ? cpu::kTile16BlockBytes : cpu::kTileBlockBytes));
-  (t16 ? mk.tile16_pack[id] : mk.tile_pack[id])(rows, nrows, k, tile.data());
+  std::vector<uint8_t> tile(static_cast<size_t>(k / 32) * tk.block_bytes);
+  tk.pack(rows, nrows, k, tile.data());
   const size_t ab = cpu::act_row_bytes(cpu::ActFormat::kQ8, k);
   TileResults res;
   res.tile.assign(static_cast<size_t>(na) * cpu::kTileRows, 0.f);
   res.gemm.assign(static_cast<size_t>(na) * cpu::kTileRows, 0.f);
   for (int j0 = 0; j0 < na; j0 += cpu::kMaxNa) {  // the tile kernels take up to kMaxNa rows a call
     const int n = std::min(cpu::kMaxNa, na - j0);
-    (t16 ? mk.tile16_dot : mk.tile_dot)[n - 1](k, tile.data(), at.data() + ab * static_cast<size_t>(j0), ab,
-                                               res.tile.data() + static_cast<size_t>(j0) * cpu::kTileRows);
+    tk.dot[n - 1](k, tile.data(), at.data() + ab * static_cast<size_t>(j0), ab,
+                  res.tile.data() + static_cast<size_t>(j0) * cpu::kTileRows);
   }
   mk.gemm8[id](rows, nrows, k, at.data(), ab, na, res.gemm.data());
   return res;

@@ -149,6 +149,20 @@ inline constexpr int kGemmMaxNa = 8;  // activation rows per gemm8 call
 inline constexpr size_t kTileBlockBytes = 32 * kTileRows + 2 * kTileRows * sizeof(float);  // per 32 elements
 inline constexpr size_t kTile16BlockBytes = 32 * kTileRows + 4 * kTileRows * sizeof(float);
 inline constexpr size_t kTile16MinBlockBytes = kTile16BlockBytes + 2 * kTileRows * sizeof(float);
+
+// The 8-row prefill tiles a level has for a type: 32-element tiles (tile_pack, ActQ8
+// activations), 16-element-scale ones (tile16_pack) or those with mins (tile16m_pack), both
+// against ActQ8U activations; kind kNone (pack null) where it has none.
+struct TileKernels {
+  enum Kind { kNone, k32, k16, k16Min } kind = kNone;
+  void (*pack)(const uint8_t* const* rows, int nrows, int64_t k, uint8_t* tile) = nullptr;
+  using DotFn = void (*)(int64_t k, const uint8_t* tile, const uint8_t* act, size_t act_stride, float* out);
+  const DotFn* dot = nullptr;  // dot[na - 1], na up to kMaxNa
+  DotFn dot8 = nullptr;        // 8 activation rows (may be null)
+  size_t block_bytes = 0;      // tile bytes per 32 elements
+  bool q8u() const { return kind == k16 || kind == k16Min; }
+};
+TileKernels tile_kernels(const MatmulKernels* mk, DType t);
 inline constexpr int kWideTileRows = 16;
 inline constexpr size_t kWideTileBlockBytes = 32 * kWideTileRows + 2 * kWideTileRows * sizeof(float);
 static_assert(kGemmMaxNa == 8, "wtile_dot has one entry per activation row count up to 8");

@@ -140,32 +140,22 @@ int64_t gemm8_min_rows(const MatmulKernels* mk, DType t) {
   return is_avx2_level(mk) && (t == DType::Q4_K || t == DType::Q5_K) ? 4 : 2;
 }
 
-// 0: no tiles; 1: 32-element tiles (tile_pack); 2: 16-element-scale tiles (tile16_pack);
-// 3: the same with mins (tile16m_pack: Q2_K).
-int tile_kind(const MatmulKernels* mk, DType t) {
-  const auto id = static_cast<size_t>(t);
-  if (mk == nullptr || id >= kTypeSlots) return 0;
-  if (mk->tile_pack[id] != nullptr && mk->tile_dot[0] != nullptr) return 1;
-  if (mk->tile16_pack[id] != nullptr && mk->tile16_dot[0] != nullptr) return 2;
-  if (mk->tile16m_pack[id] != nullptr && mk->tile16m_dot[0] != nullptr) return 3;
-  return 0;
-}
-
 MatmulPath matmul_path(const MatmulKernels* mk, DType t, int64_t n) {
   if (mk != nullptr && static_cast<size_t>(t) < kTypeSlots && mk->fgemm[static_cast<size_t>(t)] != nullptr)
     return MatmulPath::kFloat;
-  const int kind = tile_kind(mk, t);
-  if (kind == 0 || n < 2) return MatmulPath::kDots;
+  const TileKernels::Kind kind = tile_kernels(mk, t).kind;
+  if (kind == TileKernels::kNone || n < 2) return MatmulPath::kDots;
   if (mk->wgemm[static_cast<size_t>(t)] != nullptr) {
     const int64_t lo = g_wgemm_min_rows.load(std::memory_order_relaxed);
     const int64_t hi = g_wgemm_max_rows.load(std::memory_order_relaxed);
-    if (n >= (lo < 0 ? wgemm_type_min_rows(t) : lo) && n <= (hi >= 0 ? hi : kind >= 2 ? n : kWgemmDefaultMaxRows))
+    const bool t32 = kind == TileKernels::k32;
+    if (n >= (lo < 0 ? wgemm_type_min_rows(t) : lo) && n <= (hi >= 0 ? hi : t32 ? kWgemmDefaultMaxRows : n))
       return MatmulPath::kWide;
   }
-  const bool gemm = mk->gemm8[static_cast<size_t>(t)] != nullptr && kind == 1;
+  const bool gemm = mk->gemm8[static_cast<size_t>(t)] != nullptr && kind == TileKernels::k32;
   if (gemm && n >= gemm8_min_rows(mk, t) && n <= g_gemm_max_rows.load(std::memory_order_relaxed))
     return MatmulPath::kGemm8;
-  return n >= (kind >= 2 ? kTile16MinRows : kTileMinRows) ? MatmulPath::kTiles : MatmulPath::kDots;
+  return n >= (kind == TileKernels::k32 ? kTileMinRows : kTile16MinRows) ? MatmulPath::kTiles : MatmulPath::kDots;
 }
 
 // The one-row kernel of the level for type t (gemv[], kQ8G activations), or null.
@@ -182,7 +172,7 @@ ActFormat act_format_for(const MatmulKernels* mk, DType t, int64_t n) {
                                                                                                    : ActFormat::kF32;
   if (path == MatmulPath::kDots)
     return n == 1 && gemv_kernel(mk, t) != nullptr ? ActFormat::kQ8G : act_format(t);
-  return tile_kind(mk, t) >= 2 ? ActFormat::kQ8U : ActFormat::kQ8;
+  return tile_kernels(mk, t).q8u() ? ActFormat::kQ8U : ActFormat::kQ8;
 }
 
 // Phase 2 with weights read in place (gemm8: 8-row tiles, kGemmMaxNa activation rows a call;
@@ -272,16 +262,12 @@ void mul_mat_tiled(Tensor* dst, const KernelCtx& c, const MatmulKernels& mk, con
   const Tensor* w = dst->src[0];
   const int64_t k = w->ne[0], m = w->ne[1], n = dst->ne[1];
   const auto id = static_cast<size_t>(w->type);
-  const int kind = tile_kind(&mk, w->type);
-  const bool t16 = kind == 2, t16m = kind == 3;
-  const bool wide = kind == 1 && mk.wtile_pack[id] != nullptr && mk.wtile_dot[kGemmMaxNa - 1] != nullptr;
+  const TileKernels tk = tile_kernels(&mk, w->type);
+  const bool wide =
+      tk.kind == TileKernels::k32 && mk.wtile_pack[id] != nullptr && mk.wtile_dot[kGemmMaxNa - 1] != nullptr;
   const int tile_rows = wide ? kWideTileRows : kTileRows;
-  const auto pack = wide ? mk.wtile_pack[id] : t16 ? mk.tile16_pack[id] : t16m ? mk.tile16m_pack[id] : mk.tile_pack[id];
-  const auto* tdot = t16 ? mk.tile16_dot : t16m ? mk.tile16m_dot : mk.tile_dot;
-  const auto tdot8 = t16 ? mk.tile16_dot8 : t16m ? mk.tile16m_dot8 : mk.tile_dot8;
-  const size_t tile_bytes =
-      static_cast<size_t>(k / 32) *
-      (wide ? kWideTileBlockBytes : t16 ? kTile16BlockBytes : t16m ? kTile16MinBlockBytes : kTileBlockBytes);
+  const auto pack = wide ? mk.wtile_pack[id] : tk.pack;
+  const size_t tile_bytes = static_cast<size_t>(k / 32) * (wide ? kWideTileBlockBytes : tk.block_bytes);
   std::vector<float>& scratch = *c.scratch;
   if (scratch.size() * sizeof(float) < tile_bytes) scratch.resize(tile_bytes / sizeof(float) + 1);
   auto* tile = reinterpret_cast<uint8_t*>(scratch.data());
@@ -307,8 +293,8 @@ void mul_mat_tiled(Tensor* dst, const KernelCtx& c, const MatmulKernels& mk, con
         na = std::min<int64_t>(kGemmMaxNa, n - j0);
         mk.wtile_dot[na - 1](k, tile, a, stride, r);
       } else {
-        na = n - j0 >= 8 && tdot8 != nullptr ? 8 : std::min<int64_t>(kMaxNa, n - j0);
-        (na == 8 ? tdot8 : tdot[na - 1])(k, tile, a, stride, r);
+        na = n - j0 >= 8 && tk.dot8 != nullptr ? 8 : std::min<int64_t>(kMaxNa, n - j0);
+        (na == 8 ? tk.dot8 : tk.dot[na - 1])(k, tile, a, stride, r);
       }
       for (int jj = 0; jj < na; ++jj) {
         float* o = reinterpret_cast<float*>(out0 + static_cast<size_t>(j0 + jj) * out_stride) + i0;
@@ -344,6 +330,19 @@ int64_t gemv_chunk_rows(int64_t m, int nth) {
 }  // namespace
 
 ActFormat mul_mat_act_format(const MatmulKernels* mk, DType t, int64_t n) { return act_format_for(mk, t, n); }
+
+TileKernels tile_kernels(const MatmulKernels* mk, DType t) {
+  const auto id = static_cast<size_t>(t);
+  TileKernels tk;
+  if (mk == nullptr || id >= kTypeSlots) return tk;
+  if (mk->tile_pack[id] != nullptr && mk->tile_dot[0] != nullptr)
+    tk = {TileKernels::k32, mk->tile_pack[id], mk->tile_dot, mk->tile_dot8, kTileBlockBytes};
+  else if (mk->tile16_pack[id] != nullptr && mk->tile16_dot[0] != nullptr)
+    tk = {TileKernels::k16, mk->tile16_pack[id], mk->tile16_dot, mk->tile16_dot8, kTile16BlockBytes};
+  else if (mk->tile16m_pack[id] != nullptr && mk->tile16m_dot[0] != nullptr)
+    tk = {TileKernels::k16Min, mk->tile16m_pack[id], mk->tile16m_dot, mk->tile16m_dot8, kTile16MinBlockBytes};
+  return tk;
+}
 
 void set_gemm8_max_rows(int64_t n) { g_gemm_max_rows.store(n < 0 ? kGemmDefaultMaxRows : n, std::memory_order_relaxed); }
 int64_t gemm8_max_rows() { return g_gemm_max_rows.load(std::memory_order_relaxed); }
