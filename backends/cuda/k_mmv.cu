@@ -58,23 +58,9 @@ __device__ __forceinline__ void mmv_float_dot(int type, const uint8_t* wr, int64
 template <int NC, bool GLU, bool NORM>
 __global__ void __launch_bounds__(kMatVecWarps * 32)
     mmv_float_kernel(MatVecGrid g, int type, int64_t k, const float* x, size_t ldx) {
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  int64_t row;
-  const MatVecOut o = matvec_out(g, blockIdx.x, warp, &row);
-  matvec_prefetch<GLU>(g, o, row, lane);
-  if constexpr (NORM) matvec_norm_prefetch(g);
-  KITE_GRID_DEPENDENCY();
-  if (row >= o.m) return;
-  float acc[NC], up[NC];
-#pragma unroll
-  for (int c = 0; c < NC; ++c) acc[c] = up[c] = 0.f;
-  mmv_float_dot<NC>(type, static_cast<const uint8_t*>(o.w) + row * o.row_bytes, k, x, ldx, lane, acc);
-  if (GLU) {
-    const MatVecOut& u = g.job.out[1];
-    mmv_float_dot<NC>(type, static_cast<const uint8_t*>(u.w) + row * u.row_bytes, k, x, ldx, lane, up);
-  }
-  matvec_store<NC, GLU>(g, o, row, lane, acc, up);
-  if constexpr (NORM) matvec_sum_norm<NC>(g, warp, lane);
+  matvec_body<NC, GLU, NORM, false>(g, [&](const uint8_t* wr, int lane, float (&acc)[NC]) {
+    mmv_float_dot<NC>(type, wr, k, x, ldx, lane, acc);
+  });
 }
 
 __global__ void f32_to_f16_kernel(const float* x, size_t ldx, int64_t k, int64_t n, __half* dst) {

@@ -186,6 +186,34 @@ __device__ __forceinline__ void matvec_norm_prefetch(const MatVecGrid& g) {
   if (blockIdx.x < lines) KITE_PREFETCH_L2(g.job.norm_w + static_cast<int64_t>(blockIdx.x) * 32);
 }
 
+// A mat-vec kernel's whole body around its dot product: `dot(row_ptr, lane, acc)` adds this
+// lane's share of a weight row times every column to acc[NC]. Each warp takes a row (with GLU,
+// of gate and of up), the warp's sums are stored with the job's epilogue, then (kInt8, where the
+// job asks) the int8 quantization of the swiglu output, or (NORM) the sum's norm.
+template <int NC, bool GLU, bool NORM, bool kInt8, class Dot>
+__device__ __forceinline__ void matvec_body(const MatVecGrid& g, Dot dot) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  int64_t row;
+  const MatVecOut o = matvec_out(g, blockIdx.x, warp, &row);
+  matvec_prefetch<GLU>(g, o, row, lane);
+  if constexpr (NORM) matvec_norm_prefetch(g);
+  KITE_GRID_DEPENDENCY();
+  if (row >= o.m) return;
+  float acc[NC], up[NC];
+#pragma unroll
+  for (int c = 0; c < NC; ++c) acc[c] = up[c] = 0.f;
+  dot(static_cast<const uint8_t*>(o.w) + row * o.row_bytes, lane, acc);
+  if (GLU) {
+    const MatVecOut& u = g.job.out[1];
+    dot(static_cast<const uint8_t*>(u.w) + row * u.row_bytes, lane, up);
+  }
+  matvec_store<NC, GLU>(g, o, row, lane, acc, up);
+  if constexpr (GLU && kInt8) {
+    if (g.job.glu_q != nullptr) matvec_glu_quantize<NC>(g, warp, lane);
+  }
+  if constexpr (NORM) matvec_sum_norm<NC>(g, warp, lane);
+}
+
 // Launches kernel<NC, GLU, NORM> for n = 1..kMaxMmvCols columns: pick(integral_constant<int, NC>,
 // bool_constant<GLU>, bool_constant<NORM>) returns the kernel, launch(kernel) launches it. The
 // norm's kernels are their own instances (NC <= kMaxNormTailCols): the other launches keep the

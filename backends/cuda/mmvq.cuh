@@ -42,24 +42,9 @@ __device__ __forceinline__ void mmvq_dot(const uint8_t* wr, int n_units, const i
 template <int T, int NC, bool GLU, bool NORM>
 __global__ void __launch_bounds__(kMatVecWarps * 32)
     mmvq_kernel(MatVecGrid g, int n_units, const int8_t* q, const float4* ds) {
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  int64_t row;
-  const MatVecOut o = matvec_out(g, blockIdx.x, warp, &row);
-  matvec_prefetch<GLU>(g, o, row, lane);
-  if constexpr (NORM) matvec_norm_prefetch(g);
-  KITE_GRID_DEPENDENCY();
-  if (row >= o.m) return;
-  float acc[NC], up[NC];
-#pragma unroll
-  for (int c = 0; c < NC; ++c) acc[c] = up[c] = 0.f;
-  mmvq_dot<T, NC>(static_cast<const uint8_t*>(o.w) + row * o.row_bytes, n_units, q, ds, lane, acc);
-  if (GLU) {
-    const MatVecOut& u = g.job.out[1];
-    mmvq_dot<T, NC>(static_cast<const uint8_t*>(u.w) + row * u.row_bytes, n_units, q, ds, lane, up);
-  }
-  matvec_store<NC, GLU>(g, o, row, lane, acc, up);
-  if (GLU && g.job.glu_q != nullptr) matvec_glu_quantize<NC>(g, warp, lane);
-  if constexpr (NORM) matvec_sum_norm<NC>(g, warp, lane);
+  matvec_body<NC, GLU, NORM, true>(g, [&](const uint8_t* wr, int lane, float (&acc)[NC]) {
+    mmvq_dot<T, NC>(wr, n_units, q, ds, lane, acc);
+  });
 }
 
 template <int T>
