@@ -52,6 +52,8 @@ __device__ __forceinline__ unsigned warp_max_u(unsigned v) { return xor_tree(v, 
 
 // The warp's largest |v|: |v|'s bits order like its values, so an integer maximum of them. (A
 // NaN among them gives NaN, where fmaxf would skip it.)
-__device__ __forceinline__ float warp_max_abs(float v) { return __uint_as_float(warp_max_u(__float_as_uint(fabsf(v)))); }
+__device__ __forceinline__ float warp_max_abs(float v) {
+  return __uint_as_float(warp_max_u(__float_as_uint(fabsf(v))));
+}
 
 }  // namespace kite::cuda

@@ -299,7 +299,8 @@ T warp_reduce_(unsigned mask, T v, Op op, kite::cuda::emu::Site site) {
                        kite::cuda::emu::Site site = kite::cuda::emu::Site::current()) {                  \
     return warp_reduce_(mask, v, [](unsigned a, unsigned b) { return expr; }, site);                     \
   }
-KITE_EMU_REDUX_(__reduce_add_sync, static_cast<decltype(a)>(static_cast<unsigned>(a) + static_cast<unsigned>(b)))  // (wraps)
+// (the sum wraps, as the instruction's does)
+KITE_EMU_REDUX_(__reduce_add_sync, static_cast<decltype(a)>(static_cast<unsigned>(a) + static_cast<unsigned>(b)))
 KITE_EMU_REDUX_(__reduce_min_sync, a < b ? a : b)
 KITE_EMU_REDUX_(__reduce_max_sync, a < b ? b : a)
 #undef KITE_EMU_REDUX_
