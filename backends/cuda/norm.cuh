@@ -15,8 +15,8 @@ namespace kite::cuda {
 __host__ __device__ constexpr int rms_norm_threads(int64_t ne0) { return ne0 >= 1024 ? 1024 : ne0 >= 256 ? 256 : 64; }
 
 // 1 / sqrt(mean(x^2) + eps) of a row, for every thread of the block, summed in the order of
-// rms_norm_threads(ne0) threads: "virtual" thread v adds x[v], x[v + V], ... (V of them), each
-// warp of them sums by xor shuffles, and one warp sums the warps' totals. A block of fewer
+// V = rms_norm_threads(ne0) threads: "virtual" thread v adds x[v], x[v + V], ..., each warp of
+// them sums by xor shuffles, and one warp sums the warps' totals. A block of fewer
 // threads plays kPer virtual threads a thread (v = threadIdx.x + j * blockDim.x, which keeps a
 // virtual warp's lanes in one real warp), with the same order, so the result does not depend on
 // the block's size. kL2: the row is another block's output of the same launch (read from L2).
