@@ -140,7 +140,7 @@ class CudaBackend final : public Backend {
 
   Status run_eager(std::span<Tensor* const> nodes) {
     scratch_.int8 = {};  // (the scratch's int8 activations were another step's tensors')
-    const bool fuse = fusion_enabled();
+    const Fusions fuse = fusions_from_env();
     for (size_t i = 0; i < nodes.size();) {
       Tensor* n = nodes[i];
       if (n->op == Op::kAllReduce) {  // (tensor parallelism: the sum is queued on the stream)

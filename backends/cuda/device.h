@@ -162,18 +162,24 @@ struct OpScratch {
   Int8Activations int8;
 };
 Status run_node(Device& dev, OpScratch& scratch, Tensor* n);
-// KITE_CUDA_FUSE=0 turns the fusions off (read once per step, so tests can compare).
-bool fusion_enabled();
-// Runs nodes[0], and with it, when `fuse`, the nodes after it that the same launches can
+// Which fusions a step runs, read from the environment once per step (so tests can compare):
+// KITE_CUDA_FUSE=0 turns them all off; KITE_CUDA_NORM_TAIL=0 leaves the norm after a residual
+// add to its own launch.
+struct Fusions {
+  bool on = true;
+  bool norm_tail = true;
+};
+Fusions fusions_from_env();
+// Runs nodes[0], and with it, when `fuse.on`, the nodes after it that the same launches can
 // compute: an rms_norm, or an attention of decode rows, that also quantizes its rows for the
 // int8 matmuls after it (which then share them); matmuls of one input on the mat-vec kernels
 // (up to kMaxMatVecOuts weights of one type), with the swiglu of a gate/up pair (and its int8
 // activations), or one with the residual add after it (and for a single column, the next
-// block's rms_norm of the sum, with its int8 activations); two ropes, with the two kv_writes of
+// block's rms_norm of the sum, with its int8 activations, unless !fuse.norm_tail); two ropes, with the two kv_writes of
 // their layer where the caches are float; two kv_writes; two rms_norms of rows of one length
 // (qwen3's q_norm and k_norm); attention, merging its split decode rows itself. Every node's
 // result is still written.
 // Returns how many ran.
-Result<size_t> run_fused(Device& dev, OpScratch& scratch, std::span<Tensor* const> nodes, bool fuse);
+Result<size_t> run_fused(Device& dev, OpScratch& scratch, std::span<Tensor* const> nodes, const Fusions& fuse);
 
 }  // namespace kite::cuda

@@ -517,9 +517,12 @@ Status run_node(Device& dev, OpScratch& sc, Tensor* n) {
   return make_error("cuda: op ", op_name(n->op), " has no kernel");
 }
 
-bool fusion_enabled() {
-  const char* env = std::getenv("KITE_CUDA_FUSE");
-  return env == nullptr || std::string_view(env) != "0";
+Fusions fusions_from_env() {
+  auto off = [](const char* name) {
+    const char* env = std::getenv(name);
+    return env != nullptr && std::string_view(env) == "0";
+  };
+  return Fusions{!off("KITE_CUDA_FUSE"), !off("KITE_CUDA_NORM_TAIL")};
 }
 
 namespace {
@@ -561,13 +564,6 @@ bool is_norm_of_sum(const Tensor* n, const Tensor* add) {
          !overlaps(n, add) && (n->src[1] == nullptr || !overlaps(n, n->src[1]));
 }
 
-// KITE_CUDA_NORM_TAIL=0: a residual add's launch leaves the norm after it to the norm's own
-// launch (for measuring the fusion; read at every step).
-bool norm_tail_enabled() {
-  const char* env = std::getenv("KITE_CUDA_NORM_TAIL");
-  return env == nullptr || std::string_view(env) != "0";
-}
-
 // Whether the tensors a launch writes overlap neither one another nor what it reads.
 bool apart(std::initializer_list<const Tensor*> written, std::initializer_list<const Tensor*> read) {
   for (auto w = written.begin(); w != written.end(); ++w) {
@@ -599,9 +595,9 @@ bool is_norm_pair(const Tensor* a, const Tensor* b) {
 
 }  // namespace
 
-Result<size_t> run_fused(Device& dev, OpScratch& sc, std::span<Tensor* const> nodes, bool fuse) {
+Result<size_t> run_fused(Device& dev, OpScratch& sc, std::span<Tensor* const> nodes, const Fusions& fuse) {
   Tensor* n = nodes[0];
-  if (!fuse) {
+  if (!fuse.on) {
     sc.int8 = {};  // (no matmul reuses another's int8 activations either)
     KITE_TRY(run_node(dev, sc, n));
     return size_t{1};
@@ -677,8 +673,8 @@ Result<size_t> run_fused(Device& dev, OpScratch& sc, std::span<Tensor* const> no
     }
     if (count == 1 && is_residual_add_of(nodes[1], n) && !overlaps(nodes[1], n->src[1])) {
       // ... and the sum's rms_norm (the next block's input), for a single column.
-      if (nodes.size() > 2 && n->src[1]->n_rows() <= kMaxNormTailCols && is_norm_of_sum(nodes[2], nodes[1]) &&
-          norm_tail_enabled()) {
+      if (fuse.norm_tail && nodes.size() > 2 && n->src[1]->n_rows() <= kMaxNormTailCols &&
+          is_norm_of_sum(nodes[2], nodes[1])) {
         const bool int8 = nodes.size() > 3 && int8_matmul(dev, nodes[3]) && nodes[3]->src[1] == nodes[2];
         KITE_TRY(mul_mat(dev, sc, nodes.first(1), nodes[1], false, NormTail{nodes[2], int8}));
         return size_t{3};
