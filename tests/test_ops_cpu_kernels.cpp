@@ -194,7 +194,7 @@ TEST_CASE("ops: float-weight GEMM gives every dot the same bits at any row count
           std::memcpy(act.data(), xf.data(), act.size());
         }
         std::vector<float> all(static_cast<size_t>(na * m), -1.f);
-        cs.fn(wb.data(), rb, static_cast<int>(m), k, act.data(), as, na, all.data(), m);
+        cs.fn(wb.data(), rb, static_cast<int>(m), k, act.data(), as, na, all.data(), m, nullptr);
         std::vector<double> ref(all.size());
         for (int j = 0; j < na; ++j)
           for (int64_t r = 0; r < m; ++r) {
@@ -204,19 +204,20 @@ TEST_CASE("ops: float-weight GEMM gives every dot the same bits at any row count
           }
         CHECK(nmse(all, ref) < 1e-10);
         // Each activation row alone, pairs, and each weight row alone at offsets that move it
-        // to every position of a tile: the same bits as in the whole product.
+        // to every position of a tile: the same bits as in the whole product (with the rows to
+        // prefetch after them given: a prefetch changes no result).
         for (int na2 : {1, 2, 5}) {
           for (int j0 = 0; j0 + na2 <= na; j0 += na2) {
             std::vector<float> part(static_cast<size_t>(na2 * m), -1.f);
             cs.fn(wb.data(), rb, static_cast<int>(m), k, act.data() + as * static_cast<size_t>(j0), as, na2, part.data(),
-                  m);
+                  m, wb.data());
             CHECK(std::memcmp(part.data(), all.data() + static_cast<size_t>(j0 * m), part.size() * sizeof(float)) == 0);
           }
         }
         for (int64_t r0 : {1, 5, 30}) {
           const int nr = static_cast<int>(m - r0);
           std::vector<float> part(static_cast<size_t>(na * nr), -1.f);
-          cs.fn(wb.data() + rb * static_cast<size_t>(r0), rb, nr, k, act.data(), as, na, part.data(), nr);
+          cs.fn(wb.data() + rb * static_cast<size_t>(r0), rb, nr, k, act.data(), as, na, part.data(), nr, wb.data());
           for (int j = 0; j < na; ++j)
             CHECK(std::memcmp(part.data() + static_cast<size_t>(j * nr), all.data() + static_cast<size_t>(j * m + r0),
                               static_cast<size_t>(nr) * sizeof(float)) == 0);

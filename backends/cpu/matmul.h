@@ -53,6 +53,7 @@ using VecDotFn = void (*)(int64_t k, const void* w, const uint8_t* act, size_t a
 using QuantizeActFn = void (*)(const float* x, void* dst, int64_t k);
 
 inline constexpr int kTypeSlots = 40;  // ggml type ids are < 40
+inline constexpr int kFgemmStreamCols = 2;  // fgemm streams its weights (decode) up to this many activation rows
 
 struct MatmulKernels {
   QuantizeActFn quantize_q8 = nullptr;
@@ -112,9 +113,12 @@ struct MatmulKernels {
   // against na f32 activation rows (stride act_stride bytes), in register tiles that give every
   // dot the same bits at any na (matmul_x86_fgemm.inc). out[j * out_stride + r] (floats). bgemm:
   // the same for BF16 weights against bf16 activations (ActFormat::kBF16, quantize_bf16), where
-  // the CPU multiplies bf16 pairs (AVX512-BF16; null elsewhere).
+  // the CPU multiplies bf16 pairs (AVX512-BF16; null elsewhere). Up to kFgemmStreamCols
+  // activation rows, each weight row is read once, from DRAM: the kernel prefetches its next
+  // tile while it multiplies one, and during the last tile the rows at `after` (the caller's
+  // next ones; null: nothing).
   using FloatGemmFn = void (*)(const uint8_t* w, size_t w_stride, int nrows, int64_t k, const uint8_t* act,
-                               size_t act_stride, int na, float* out, size_t out_stride);
+                               size_t act_stride, int na, float* out, size_t out_stride, const uint8_t* after);
   FloatGemmFn fgemm[kTypeSlots] = {};
   FloatGemmFn bgemm = nullptr;
 

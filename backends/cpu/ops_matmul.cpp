@@ -209,25 +209,42 @@ void mul_mat_in_place(Tensor* dst, const KernelCtx& c, InPlaceGemmFn gemm, const
   }
 }
 
+// Rows per work chunk of a decode mul_mat: about eight chunks per thread (so a thread that the
+// OS preempts hands its share to the others), a multiple of 16 rows.
+int64_t gemv_chunk_rows(int64_t m, int nth) {
+  const int64_t per = m / (8 * static_cast<int64_t>(nth));
+  return std::max<int64_t>(16, per / 16 * 16);
+}
+
 // Phase 2 for float weights (fgemm, or bgemm on bf16 activations): chunks of whole tiles of
 // weight rows, small enough (<= 256 KiB) to stay in L2 while every activation row passes them,
-// so each weight byte comes from DRAM once per matmul.
+// so each weight byte comes from DRAM once per matmul. Decode (up to kFgemmStreamCols rows)
+// reads each weight once and keeps nothing, so its chunks are a gemv's (about eight a thread),
+// and a thread claims its next chunk before it multiplies one, for the kernel to prefetch that
+// chunk's first rows during its last tile instead of starting each chunk on a DRAM stall (the
+// down projection's 16-row chunks used to start cold every other tile).
 void mul_mat_float(Tensor* dst, const KernelCtx& c, const MatmulKernels& mk, ActFormat f, const uint8_t* act,
                    size_t stride) {
   const Tensor* w = dst->src[0];
   const int64_t k = w->ne[0], m = w->ne[1], n = dst->ne[1];
   const auto fn = f == ActFormat::kBF16 ? mk.bgemm : mk.fgemm[static_cast<size_t>(w->type)];
   const size_t row_bytes = w->nb[1];
-  int64_t rows = std::clamp<int64_t>(static_cast<int64_t>((256u << 10) / std::max<size_t>(row_bytes, 1)), 8, 64) / 8 * 8;
-  while (rows > 8 && (m + rows - 1) / rows < 4 * static_cast<int64_t>(c.nth)) rows /= 2;
+  int64_t rows;
+  if (n <= kFgemmStreamCols) {
+    rows = gemv_chunk_rows(m, c.nth);
+  } else {
+    rows = std::clamp<int64_t>(static_cast<int64_t>((256u << 10) / std::max<size_t>(row_bytes, 1)), 8, 64) / 8 * 8;
+    while (rows > 8 && (m + rows - 1) / rows < 4 * static_cast<int64_t>(c.nth)) rows /= 2;
+  }
   const int64_t n_chunks = (m + rows - 1) / rows;
   auto* out = reinterpret_cast<float*>(dst->data);
   const size_t os = dst->nb[1] / sizeof(float);
-  for (int64_t ch = c.counter->fetch_add(1, std::memory_order_relaxed); ch < n_chunks;
-       ch = c.counter->fetch_add(1, std::memory_order_relaxed)) {
+  for (int64_t ch = c.counter->fetch_add(1, std::memory_order_relaxed); ch < n_chunks;) {
+    const int64_t next = c.counter->fetch_add(1, std::memory_order_relaxed);
     const int64_t i0 = ch * rows;
     fn(w->row_ptr(i0), row_bytes, static_cast<int>(std::min(rows, m - i0)), k, act, stride, static_cast<int>(n),
-       out + i0, os);
+       out + i0, os, next < n_chunks ? w->row_ptr(next * rows) : nullptr);
+    ch = next;
   }
 }
 
@@ -309,22 +326,22 @@ void mul_mat_tiled(Tensor* dst, const KernelCtx& c, const MatmulKernels& mk, con
   }
 }
 
-// Rows per work chunk of a decode mul_mat: about eight chunks per thread (so a thread that the
-// OS preempts hands its share to the others), a multiple of 16 rows.
-// Decoding streams each weight row from memory once: the row kPrefetchAhead bytes further on is
-// asked for before this one is multiplied (as far as `end`, the chunk's end). The hardware
-// prefetcher alone leaves bandwidth unused: on a 2-core Zen 5, tg128 of a 1B Q4_K_M went from
-// 53-60 to 60-67 t/s (six alternating runs each).
+// Decoding streams each weight row from memory once: the bytes kPrefetchAhead further on are
+// asked for before this row is multiplied. Past `end`, the chunk's end, they are the next chunk
+// this thread claimed (`then`; null: none), so a chunk does not start on a DRAM stall. The
+// hardware prefetcher alone leaves bandwidth unused: on a 2-core Zen 5, tg128 of a 1B Q4_K_M
+// went from 53-60 to 60-67 t/s (six alternating runs each).
 constexpr size_t kPrefetchAhead = 8192;
-inline void prefetch_ahead(const uint8_t* row, size_t bytes, const uint8_t* end) {
+inline void prefetch_ahead(const uint8_t* row, size_t bytes, const uint8_t* end, const uint8_t* then) {
   const uint8_t* p = row + kPrefetchAhead;
   const uint8_t* stop = std::min(p + bytes, end);
   for (; p < stop; p += 64) __builtin_prefetch(p, 0, 3);
-}
-
-int64_t gemv_chunk_rows(int64_t m, int nth) {
-  const int64_t per = m / (8 * static_cast<int64_t>(nth));
-  return std::max<int64_t>(16, per / 16 * 16);
+  if (then == nullptr || p < end) return;
+  // Integer arithmetic: `then + ...` may lie past the weights (a prefetch never faults).
+  const auto t = reinterpret_cast<uintptr_t>(then);
+  for (uintptr_t q = t + static_cast<uintptr_t>(p - end), e = t + static_cast<uintptr_t>(row + kPrefetchAhead + bytes - end);
+       q < e; q += 64)
+    __builtin_prefetch(reinterpret_cast<const void*>(q), 0, 3);
 }
 
 }  // namespace
@@ -541,19 +558,22 @@ void op_mul_mat(Tensor* dst, const KernelCtx& c) {
   float r[kMaxNa];
   VecDotFn row_dot[kMaxNa] = {dot[0], dot[1], dot[2], dot[3]};
   if (f == ActFormat::kQ8G) row_dot[0] = gemv_kernel(mk, w->type);  // n == 1
-  for (int64_t ch = c.counter->fetch_add(1, std::memory_order_relaxed); ch < n_chunks;
-       ch = c.counter->fetch_add(1, std::memory_order_relaxed)) {
+  // A thread claims its next chunk before it multiplies one (see prefetch_ahead).
+  for (int64_t ch = c.counter->fetch_add(1, std::memory_order_relaxed); ch < n_chunks;) {
+    const int64_t next = c.counter->fetch_add(1, std::memory_order_relaxed);
     const int64_t i0 = ch * rows_per_chunk, i1 = std::min(m, i0 + rows_per_chunk);
+    const uint8_t* then = next < n_chunks ? w->row_ptr(next * rows_per_chunk) : nullptr;
     for (int64_t j0 = 0; j0 < n; j0 += kMaxNa) {
       const int na = static_cast<int>(std::min<int64_t>(kMaxNa, n - j0));
       const uint8_t* a = act + static_cast<size_t>(j0) * stride;
       for (int64_t i = i0; i < i1; ++i) {
-        if (n == 1) prefetch_ahead(w->row_ptr(i), w->nb[1], w->row_ptr(i1));
+        if (n == 1) prefetch_ahead(w->row_ptr(i), w->nb[1], w->row_ptr(i1), then);
         row_dot[na - 1](k, w->row_ptr(i), a, stride, r);
         for (int jj = 0; jj < na; ++jj)
           reinterpret_cast<float*>(out0 + static_cast<size_t>(j0 + jj) * out_stride)[i] = r[jj];
       }
     }
+    ch = next;
   }
 }
 
