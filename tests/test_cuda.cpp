@@ -285,7 +285,7 @@ TEST_CASE("cuda: fused launches give the unfused logits bit for bit, in fewer la
   // int8 matmuls after it (and attention for the output projection), q/k/v as one mat-vec
   // launch, gate/up with their swiglu (and its int8 activations) as another, the output
   // projections with their residual adds and (one sequence) the norms after those, the
-  // two ropes with the two cache writes (two launches for a Q8_0 cache), qwen3's two per-head
+  // two ropes with the two cache writes (float or Q8_0 caches), qwen3's two per-head
   // norms. Each node's arithmetic is the unfused one's,
   // so the logits must be equal to the bit. Graphs are off so that the emulator counts every
   // step's launches.
@@ -300,12 +300,14 @@ TEST_CASE("cuda: fused launches give the unfused logits bit for bit, in fewer la
   // launch), 3 mat-vecs, the swiglu, 2 adds, a rope and 2 cache writes (float caches: the ropes
   // write them), and for one sequence the 2 norms (done by the adds' launches; the first layer's
   // norm and the output norm are not, so one less over the model); float weights (no int8 activations): all
-  // but the quantizations; with a Q8_0 cache, one cache write fewer; qwen3's per-head norms of q
-  // and k: one more.
+  // but the quantizations; qwen3's per-head norms of q and k: one more. A Q8_0 cache saves as
+  // many (its writes quantize k's rope as it is computed: llama's adjacent pairs, qwen3's halves).
   for (const Case& tc : {Case{"gguf/llama-draft-Q4_K_M.gguf", 17}, Case{"gguf/llama-draft-Q8_0.gguf", 17},
-                         Case{"gguf/qwen2-tiny-f16.gguf", 10}, Case{"gguf/qwen3-tiny-f16.gguf", 10, DType::Q8_0}}) {
+                         Case{"gguf/llama-draft-Q4_K_M.gguf", 17, DType::Q8_0}, Case{"gguf/qwen2-tiny-f16.gguf", 10},
+                         Case{"gguf/qwen3-tiny-f16.gguf", 11, DType::Q8_0}}) {
     const LoadedModel& l = load_model(tc.model);
-    FusedPair p{tc.model, make_device_ctx(l, "cuda", 256, 2, tc.kv_type), make_device_ctx(l, "cuda", 256, 2, tc.kv_type)};
+    FusedPair p{std::string(tc.model) + (tc.kv_type == DType::Q8_0 ? " (Q8_0 cache)" : ""),
+                make_device_ctx(l, "cuda", 256, 2, tc.kv_type), make_device_ctx(l, "cuda", 256, 2, tc.kv_type)};
     EncodeOptions eo;
     // A 20-token prompt (9+ columns: the int8 tensor-core matmul shares its activations too), then
     // a short one, then decode steps of one and two sequences.

@@ -135,6 +135,33 @@ __host__ __device__ __forceinline__ int64_t rope_items(const RopeArgs& a) {
   return (a.hd - a.n_rot / 2) * a.n_head * a.n_tok;
 }
 
+// cos and sin (times yarn's mscale) of rotary pair e at token t's position, and the pair's two
+// results: every step rounded on its own, so that each call site gives the same bits.
+__device__ __forceinline__ float2 rope_cs(const RopeArgs& a, int64_t t, int64_t e) {
+  double mscale;
+  const double theta = static_cast<double>(a.pos[t]) * rope_inv_freq(a, static_cast<int>(e), &mscale);
+  return make_float2(static_cast<float>(cos(theta) * mscale), static_cast<float>(sin(theta) * mscale));
+}
+__device__ __forceinline__ float rope_first(float x0, float x1, float2 c) {
+  return __fsub_rn(__fmul_rn(x0, c.x), __fmul_rn(x1, c.y));
+}
+__device__ __forceinline__ float rope_second(float x0, float x1, float2 c) {
+  return __fadd_rn(__fmul_rn(x0, c.y), __fmul_rn(x1, c.x));
+}
+
+// Element i of head h, token t of a's rope: what rope_item writes there (which computes it with
+// its pair's other element).
+__device__ __forceinline__ float rope_element(const RopeArgs& a, int64_t i, int64_t h, int64_t t) {
+  const float* x = reinterpret_cast<const float*>(static_cast<const uint8_t*>(a.src.p) + h * a.src.nb1 + t * a.src.nb2);
+  if (i >= a.n_rot) return x[i];
+  const int64_t half = a.n_rot / 2;
+  const int64_t e = a.mode == 0 ? i / 2 : i % half;
+  const bool first = a.mode == 0 ? i % 2 == 0 : i < half;
+  const int64_t i0 = a.mode == 0 ? 2 * e : e, i1 = a.mode == 0 ? 2 * e + 1 : e + half;
+  const float2 c = rope_cs(a, t, e);
+  return first ? rope_first(x[i0], x[i1], c) : rope_second(x[i0], x[i1], c);
+}
+
 // Element i of row r of a float-typed conversion's destination (F32/F16/BF16) set to v.
 __device__ __forceinline__ void store_converted(const RowConversion& c, int64_t r, int64_t i, float v) {
   uint8_t* out = row_ptr(c.dst, c.dst_rows != nullptr ? c.dst_rows[r] : r);
@@ -157,14 +184,11 @@ __device__ __forceinline__ void rope_item(const RopeArgs& a, int64_t idx, const 
     if (cache != nullptr) store_converted(*cache, t, h * a.hd + i, x[i]);
     return;
   }
-  double mscale;
-  const double theta = static_cast<double>(a.pos[t]) * rope_inv_freq(a, static_cast<int>(e), &mscale);
-  const float cs = static_cast<float>(cos(theta) * mscale), sn = static_cast<float>(sin(theta) * mscale);
+  const float2 c = rope_cs(a, t, e);
   const int64_t i0 = a.mode == 0 ? 2 * e : e;
   const int64_t i1 = a.mode == 0 ? 2 * e + 1 : e + half;
   const float x0 = x[i0], x1 = x[i1];
-  const float y0 = __fsub_rn(__fmul_rn(x0, cs), __fmul_rn(x1, sn));
-  const float y1 = __fadd_rn(__fmul_rn(x0, sn), __fmul_rn(x1, cs));
+  const float y0 = rope_first(x0, x1, c), y1 = rope_second(x0, x1, c);
   y[i0] = y0;
   y[i1] = y1;
   if (cache != nullptr) {
@@ -215,16 +239,19 @@ __global__ void convert_float_kernel(RowConversion a, RowConversion b) {
 
 // Float rows to Q8_0, one warp per 32-element block, exactly as the reference quantizer
 // (ref_legacy.cpp quantize_q8_0): d = amax / 127, q = round(x * (1 / d)); a's blocks, then b's.
-__device__ __forceinline__ void quantize_q8_0_block(const RowConversion& a, int64_t b, int lane) {
-  const int64_t per_row = a.ne0 / 32;
-  const int64_t r = b / per_row, ib = b % per_row;
-  const float x = load_float(a.src_type, row_ptr(a.src, r), ib * 32 + lane);
+// store_q8_0: block ib of row r of a's destination from element `lane` of it in each lane.
+__device__ __forceinline__ void store_q8_0(const RowConversion& a, int64_t r, int64_t ib, float x, int lane) {
   const float amax = warp_max_abs(x);
   const float d = amax / 127.f;
   const float id = d != 0.f ? 1.f / d : 0.f;
   uint8_t* blk = row_ptr(a.dst, a.dst_rows != nullptr ? a.dst_rows[r] : r) + ib * sizeof(quant::BlockQ8_0);
   blk[2 + lane] = static_cast<uint8_t>(static_cast<int8_t>(roundf(__fmul_rn(x, id))));
   if (lane == 0) *reinterpret_cast<uint16_t*>(blk) = __half_as_ushort(__float2half_rn(d));
+}
+__device__ __forceinline__ void quantize_q8_0_block(const RowConversion& a, int64_t b, int lane) {
+  const int64_t per_row = a.ne0 / 32;
+  const int64_t r = b / per_row, ib = b % per_row;
+  store_q8_0(a, r, ib, load_float(a.src_type, row_ptr(a.src, r), ib * 32 + lane), lane);
 }
 
 __global__ void quantize_q8_0_kernel(RowConversion a, RowConversion b) {
@@ -235,6 +262,34 @@ __global__ void quantize_q8_0_kernel(RowConversion a, RowConversion b) {
        blk += static_cast<int64_t>(gridDim.x) * blockDim.x / 32) {
     if (blk < na) quantize_q8_0_block(a, blk, lane);
     else quantize_q8_0_block(b, blk - na, lane);
+  }
+}
+
+// rope_kv_kernel for Q8_0 caches, a warp per unit: k's cache blocks (each lane ropes its
+// element, writes it to k's rope output and, with the others, quantizes the block into the
+// cache: the bits of the rope kernel, then the cache write's quantization of its output), then
+// v's blocks, then 32 of q's items (a thread each). Every unit starts with a __syncwarp (free
+// on a converged warp), so that every block reaches a barrier: the CUDA emulator runs the
+// blocks of a kernel whose first block reached none as plain calls, thread after thread, and
+// fails a block that mixes q's units with the others' warp reductions under a shuffled schedule.
+__global__ void rope_kv_q8_kernel(RopeArgs q, RopeArgs k, RowConversion kc, RowConversion vc) {
+  KITE_GRID_DEPENDENCY();
+  const int lane = threadIdx.x % 32;
+  const int64_t per_row = kc.ne0 / 32, uk = per_row * kc.n_rows, ukv = uk + vc.ne0 / 32 * vc.n_rows;
+  const int64_t nq = rope_items(q), n = ukv + (nq + 31) / 32;
+  for (int64_t u = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) / 32; u < n;
+       u += static_cast<int64_t>(gridDim.x) * blockDim.x / 32) {
+    __syncwarp();
+    if (u < uk) {
+      const int64_t t = u / per_row, j = u % per_row * 32 + lane, h = j / k.hd, i = j % k.hd;
+      const float y = rope_element(k, i, h, t);
+      reinterpret_cast<float*>(static_cast<uint8_t*>(k.dst.p) + h * k.dst.nb1 + t * k.dst.nb2)[i] = y;
+      store_q8_0(kc, t, u % per_row, y, lane);
+    } else if (u < ukv) {
+      quantize_q8_0_block(vc, u - uk, lane);
+    } else if (const int64_t idx = (u - ukv) * 32 + lane; idx < nq) {
+      rope_item(q, idx);
+    }
   }
 }
 
@@ -290,8 +345,15 @@ cudaError_t launch_rope(const RopeArgs& a, cudaStream_t s, const RopeArgs* b) {
 
 cudaError_t launch_rope_kv(const RopeArgs& q, const RopeArgs& k, const RowConversion& kc, const RowConversion& vc,
                            cudaStream_t s) {
-  if (kc.dst_type == kQ8_0 || vc.dst_type == kQ8_0 || kc.ne0 != k.hd * k.n_head || kc.n_rows != k.n_tok)
+  if ((kc.dst_type == kQ8_0) != (vc.dst_type == kQ8_0) || kc.ne0 != k.hd * k.n_head || kc.n_rows != k.n_tok)
     return cudaErrorInvalidValue;
+  if (kc.dst_type == kQ8_0) {
+    if (kc.ne0 % 32 != 0 || vc.ne0 % 32 != 0 || kc.src_type != kF32) return cudaErrorInvalidValue;
+    const int64_t units = kc.ne0 / 32 * kc.n_rows + vc.ne0 / 32 * vc.n_rows + (rope_items(q) + 31) / 32;
+    if (units == 0) return cudaSuccess;
+    KITE_KERNEL(blocks_for(units * 32), kThreads, 0, s, rope_kv_q8_kernel)(q, k, kc, vc);
+    return cudaGetLastError();
+  }
   const int64_t n = rope_items(q) + rope_items(k) + vc.ne0 * vc.n_rows;
   if (n == 0) return cudaSuccess;
   KITE_KERNEL(blocks_for(n), kThreads, 0, s, rope_kv_kernel)(q, k, kc, vc);

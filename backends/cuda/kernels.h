@@ -85,9 +85,9 @@ struct RowConversion {
   int64_t ne0 = 0, n_rows = 0;
 };
 cudaError_t launch_convert_rows(const RowConversion& a, cudaStream_t s, const RowConversion* b = nullptr);
-// A layer's ropes of q and k and its kv_writes of roped k (kc: [hd * n_head, n_tok] rows of k's
-// rope output) and of v, float caches only, in one launch: each result as launch_rope and
-// launch_convert_rows write it.
+// A layer's ropes of q and k and its kv_writes of roped k (kc: [hd * n_head, n_tok] F32 rows of
+// k's rope output) and of v, both caches float-typed or both Q8_0, in one launch: each result as
+// launch_rope and launch_convert_rows write it.
 cudaError_t launch_rope_kv(const RopeArgs& q, const RopeArgs& k, const RowConversion& kc, const RowConversion& vc,
                            cudaStream_t s);
 

@@ -576,12 +576,15 @@ bool apart(std::initializer_list<const Tensor*> written, std::initializer_list<c
 }
 
 // rope(q), rope(k), k' = reshape(rope(k)) to [hd * n_kv, n_tok], kv_write(k'), kv_write(v) with
-// float caches: what launch_rope_kv computes.
+// float caches or Q8_0 ones: what launch_rope_kv computes.
 bool is_rope_kv(std::span<Tensor* const> nodes) {
   const Tensor *q = nodes[0], *k = nodes[1], *view = nodes[2], *kw = nodes[3], *vw = nodes[4];
   if (q->op != Op::kRope || k->op != Op::kRope || view->op != Op::kView || view->src[0] != k ||
       view->view_offset != 0 || kw->op != Op::kKvWrite || kw->src[1] != view || vw->op != Op::kKvWrite ||
-      vw->src[2] != kw->src[2] || !is_float(kw->src[0]->type) || !is_float(vw->src[0]->type))
+      vw->src[2] != kw->src[2])
+    return false;
+  const DType kt = kw->src[0]->type, vt = vw->src[0]->type;
+  if (!(is_float(kt) && is_float(vt)) && !(kt == DType::Q8_0 && vt == DType::Q8_0 && k->type == DType::F32))
     return false;
   if (!k->is_contiguous() || view->ne[0] != k->ne[0] * k->ne[1] || view->n_rows() != k->ne[2]) return false;
   return apart({q, k, kw->src[0], vw->src[0]}, {q->src[0], k->src[0], vw->src[1]});
@@ -625,7 +628,7 @@ Result<size_t> run_fused(Device& dev, OpScratch& sc, std::span<Tensor* const> no
     return size_t{2};
   }
   // A layer's ropes of q and k, then the cache writes of k (through a reshape of its rope) and
-  // of v, float caches: one launch.
+  // of v: one launch.
   if (nodes.size() >= 5 && is_rope_kv(nodes)) {
     KITE_ASSIGN_OR_RETURN(const RopeArgs q, rope_args(dev, n));
     KITE_ASSIGN_OR_RETURN(const RopeArgs k, rope_args(dev, nodes[1]));
