@@ -337,11 +337,11 @@ inline void prefetch_ahead(const uint8_t* row, size_t bytes, const uint8_t* end,
   const uint8_t* stop = std::min(p + bytes, end);
   for (; p < stop; p += 64) __builtin_prefetch(p, 0, 3);
   if (then == nullptr || p < end) return;
-  // Integer arithmetic: `then + ...` may lie past the weights (a prefetch never faults).
+  // The span's offsets past `end`, from `then` (integer arithmetic: the addresses may lie past
+  // the weights, and a prefetch never faults).
   const auto t = reinterpret_cast<uintptr_t>(then);
-  for (uintptr_t q = t + static_cast<uintptr_t>(p - end), e = t + static_cast<uintptr_t>(row + kPrefetchAhead + bytes - end);
-       q < e; q += 64)
-    __builtin_prefetch(reinterpret_cast<const void*>(q), 0, 3);
+  const auto from = static_cast<uintptr_t>(p - end), to = static_cast<uintptr_t>(row + kPrefetchAhead + bytes - end);
+  for (uintptr_t q = t + from; q < t + to; q += 64) __builtin_prefetch(reinterpret_cast<const void*>(q), 0, 3);
 }
 
 }  // namespace

@@ -149,17 +149,21 @@ __device__ __forceinline__ float rope_second(float x0, float x1, float2 c) {
   return __fadd_rn(__fmul_rn(x0, c.y), __fmul_rn(x1, c.x));
 }
 
+// The elements of rotary pair e: adjacent (mode 0, llama's GGUF layout) or half a rotation apart.
+__device__ __forceinline__ int64_t rope_pair_first(const RopeArgs& a, int64_t e) { return a.mode == 0 ? 2 * e : e; }
+__device__ __forceinline__ int64_t rope_pair_second(const RopeArgs& a, int64_t e) {
+  return a.mode == 0 ? 2 * e + 1 : e + a.n_rot / 2;
+}
+
 // Element i of head h, token t of a's rope: what rope_item writes there (which computes it with
 // its pair's other element).
 __device__ __forceinline__ float rope_element(const RopeArgs& a, int64_t i, int64_t h, int64_t t) {
   const float* x = reinterpret_cast<const float*>(static_cast<const uint8_t*>(a.src.p) + h * a.src.nb1 + t * a.src.nb2);
   if (i >= a.n_rot) return x[i];
-  const int64_t half = a.n_rot / 2;
-  const int64_t e = a.mode == 0 ? i / 2 : i % half;
-  const bool first = a.mode == 0 ? i % 2 == 0 : i < half;
-  const int64_t i0 = a.mode == 0 ? 2 * e : e, i1 = a.mode == 0 ? 2 * e + 1 : e + half;
+  const int64_t e = a.mode == 0 ? i / 2 : i % (a.n_rot / 2);
+  const int64_t i0 = rope_pair_first(a, e), i1 = rope_pair_second(a, e);
   const float2 c = rope_cs(a, t, e);
-  return first ? rope_first(x[i0], x[i1], c) : rope_second(x[i0], x[i1], c);
+  return i == i0 ? rope_first(x[i0], x[i1], c) : rope_second(x[i0], x[i1], c);
 }
 
 // Element i of row r of a float-typed conversion's destination (F32/F16/BF16) set to v.
@@ -185,8 +189,7 @@ __device__ __forceinline__ void rope_item(const RopeArgs& a, int64_t idx, const 
     return;
   }
   const float2 c = rope_cs(a, t, e);
-  const int64_t i0 = a.mode == 0 ? 2 * e : e;
-  const int64_t i1 = a.mode == 0 ? 2 * e + 1 : e + half;
+  const int64_t i0 = rope_pair_first(a, e), i1 = rope_pair_second(a, e);
   const float x0 = x[i0], x1 = x[i1];
   const float y0 = rope_first(x0, x1, c), y1 = rope_second(x0, x1, c);
   y[i0] = y0;
