@@ -235,10 +235,11 @@ int main(int argc, char** argv) {
                     static_cast<double>(r));
       };
       measure("", mk->dot[static_cast<size_t>(tr->type)][0], act.data());
-      // The one-row kernel mul_mat uses for decode where the level has one (kQ8G activations).
+      // The one-row kernel mul_mat uses for decode where the level has one.
       if (const cpu::VecDotFn gemv = mk->gemv[static_cast<size_t>(tr->type)]; gemv != nullptr) {
-        std::vector<uint8_t> actg(cpu::act_row_bytes(cpu::ActFormat::kQ8G, k) + 64);
-        mk->quantize_q8g(x.data(), actg.data(), k);
+        const cpu::ActFormat gf = cpu::gemv_act_format(static_cast<DType>(tr->type));
+        std::vector<uint8_t> actg(cpu::act_row_bytes(gf, k) + 64);
+        (gf == cpu::ActFormat::kQ8KG ? mk->quantize_q8kg : mk->quantize_q8g)(x.data(), actg.data(), k);
         measure("gemv ", gemv, actg.data());
       }
       bench_batches(*mk, level_name, *tr, k, x, w, row_bytes, cold_rows, nas);

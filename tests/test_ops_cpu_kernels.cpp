@@ -274,7 +274,7 @@ TEST_CASE("ops: decode gemv kernels (kQ8G activations) match the per-row dots") 
       }
       for (DType t : kQuantTypes) {
         const auto id = static_cast<size_t>(t);
-        if (mk.gemv[id] == nullptr) continue;
+        if (mk.gemv[id] == nullptr || cpu::gemv_act_format(t) != cpu::ActFormat::kQ8G) continue;
         const int64_t rows = 5;
         const std::vector<uint8_t> wb = encode(t, randn(static_cast<size_t>(k * rows), 600 + static_cast<uint32_t>(k)), rows, k);
         const size_t rb = wb.size() / rows;
@@ -297,6 +297,64 @@ TEST_CASE("ops: decode gemv kernels (kQ8G activations) match the per-row dots") 
       for (int64_t k : {224, 288, 672}) check_mul_mat(t, k, 37, 1, 1, false, 700 + static_cast<uint32_t>(k));
   }
   CHECK(checked >= 6 * x86_levels);  // Q4_0 at 6 sizes on each
+}
+
+TEST_CASE("ops: Q4_K/Q5_K decode gemv kernels (kQ8KG activations) match the per-row dots") {
+  int checked = 0;
+  for (SimdLevel l : cpu::supported_simd_levels()) {
+    if (l == SimdLevel::kScalar) continue;
+    const cpu::MatmulKernels& mk = *cpu::matmul_kernels_for(l);
+    if (l == SimdLevel::kAvx512) {  // the 512-bit level has both
+      CHECK((mk.gemv[static_cast<size_t>(DType::Q4_K)] != nullptr));
+      CHECK((mk.gemv[static_cast<size_t>(DType::Q5_K)] != nullptr));
+    }
+    if (mk.quantize_q8kg == nullptr) continue;
+    for (int64_t k : {256, 768, 2048}) {
+      const std::vector<float> x = randn(static_cast<size_t>(k), 800 + static_cast<uint32_t>(k), 2.f);
+      const size_t ab = cpu::act_row_bytes(cpu::ActFormat::kQ8K, k);
+      REQUIRE(cpu::act_row_bytes(cpu::ActFormat::kQ8KG, k) == ab);
+      std::vector<uint8_t> ak(ab), ag(ab);
+      mk.quantize_q8k(x.data(), ak.data(), k);
+      mk.quantize_q8kg(x.data(), ag.data(), k);
+      // kQ8KG is BlockQ8_K's content regrouped: every code, scale and sum where matmul.h puts it.
+      for (int64_t ib = 0; ib < k / 256; ++ib) {
+        const auto& ref = reinterpret_cast<const quant::BlockQ8_K*>(ak.data())[ib];
+        const auto& got = reinterpret_cast<const quant::BlockQ8_K*>(ag.data())[ib];
+        INFO("k=", k, " super-block ", ib);
+        CHECK(got.d == ref.d);
+        for (int e = 0; e < 256; ++e) {
+          const int h = e / 128, g = e % 128 / 32;  // group g of half h is stored at slot {0, 2, 1, 3}[g]
+          const int slot = g == 1 ? 2 : g == 2 ? 1 : g;
+          CHECK(got.qs[128 * h + 32 * slot + e % 32] == ref.qs[e]);
+        }
+        for (int sb = 0; sb < 8; ++sb) CHECK(got.bsums[sb] == ref.bsums[2 * sb] + ref.bsums[2 * sb + 1]);
+        for (int sb = 8; sb < 16; ++sb) CHECK(got.bsums[sb] == 0);
+      }
+      for (DType t : {DType::Q4_K, DType::Q5_K}) {
+        const auto id = static_cast<size_t>(t);
+        REQUIRE(cpu::gemv_act_format(t) == cpu::ActFormat::kQ8KG);
+        if (mk.gemv[id] == nullptr) continue;
+        const int64_t rows = 5;
+        const std::vector<uint8_t> wb = encode(t, randn(static_cast<size_t>(k * rows), 900 + static_cast<uint32_t>(k)), rows, k);
+        const size_t rb = wb.size() / rows;
+        std::vector<float> got;
+        std::vector<double> ref;
+        for (int64_t i = 0; i < rows; ++i) {
+          float a = 0.f, b = 0.f;
+          mk.gemv[id](k, wb.data() + rb * static_cast<size_t>(i), ag.data(), ab, &a);
+          mk.dot[id][0](k, wb.data() + rb * static_cast<size_t>(i), ak.data(), ab, &b);
+          got.push_back(a), ref.push_back(b);
+        }
+        INFO(cpu::simd_level_name(l), " ", quant::find_traits(t)->name, " k=", k);
+        CHECK(nmse(got, ref) < 1e-10);  // the same integer sums; only the float rounding differs
+        ++checked;
+      }
+    }
+  }
+  if (cpu::best_simd_level() == SimdLevel::kAvx512) CHECK(checked == 6);
+  // Through mul_mat at one activation row (the decode path) on every level, 1 and 3 super-blocks.
+  for (DType t : {DType::Q4_K, DType::Q5_K})
+    for (int64_t k : {256, 768}) check_mul_mat(t, k, 37, 1, 1, false, 950 + static_cast<uint32_t>(k));
 }
 
 TEST_CASE("ops: wide 16-row prefill tiles match the 8-row tiles") {

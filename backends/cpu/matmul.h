@@ -31,12 +31,18 @@ static_assert(sizeof(ActQ8) == 40);
 // one-row kernels (MatmulKernels::gemv), same size: per chunk of 16 blocks (the last chunk may
 // hold r < 16), the codes of each 4 blocks as their four low halves (codes 0-15) side by side,
 // then their four high halves (64 + 64 bytes); the codes of a last group of fewer than 4 blocks in
-// ActQ8 order (32 bytes a block); then the chunk's r scales d and r sums s as floats. kBF16: k
-// bf16 values, rounded to nearest even (MatmulKernels::quantize_bf16, for bgemm).
-enum class ActFormat { kF32, kQ8, kQ8U, kQ8K, kQ8G, kBF16 };
+// ActQ8 order (32 bytes a block); then the chunk's r scales d and r sums s as floats. kQ8KG:
+// BlockQ8_K regrouped for the Q4_K/Q5_K one-row kernels, same size: each 128 codes stored as
+// elements 0-31, 64-95, 32-63, 96-127, and bsums[s] (s < 8) the sum of the codes of 32-element
+// sub-block s (bsums[8..15] zero). kBF16: k bf16 values, rounded to nearest even
+// (MatmulKernels::quantize_bf16, for bgemm).
+enum class ActFormat { kF32, kQ8, kQ8U, kQ8K, kQ8G, kQ8KG, kBF16 };
 
 // The activation format a weight type's fast kernel consumes.
 ActFormat act_format(DType weight_type);
+// The format a weight type's one-row kernel (MatmulKernels::gemv) consumes: kQ8KG for Q4_K and
+// Q5_K, kQ8G for the others.
+ActFormat gemv_act_format(DType weight_type);
 // Bytes of one activation row of k elements in `f`.
 size_t act_row_bytes(ActFormat f, int64_t k);
 // Turns a kQ8 row of k elements into kQ8U in place.
@@ -59,13 +65,14 @@ struct MatmulKernels {
   QuantizeActFn quantize_q8 = nullptr;
   QuantizeActFn quantize_q8k = nullptr;
   QuantizeActFn quantize_q8g = nullptr;  // into ActFormat::kQ8G
+  QuantizeActFn quantize_q8kg = nullptr;  // into ActFormat::kQ8KG
   QuantizeActFn quantize_bf16 = nullptr;  // into ActFormat::kBF16, for bgemm
   // dot[type id][na - 1]; null where the level has no kernel for the type. (Plain arrays: the
   // kernel files must not instantiate header inline functions, which the linker could then
   // share with code for other levels.)
   VecDotFn dot[kTypeSlots][kMaxNa] = {};
-  // Decode: one weight row against one ActFormat::kQ8G activation row (act_stride unused); null
-  // where the level has none for the type (mul_mat then takes dot[type][0] with ActQ8).
+  // Decode: one weight row against one activation row in gemv_act_format(type) (act_stride
+  // unused); null where the level has none for the type (mul_mat then takes dot[type][0]).
   VecDotFn gemv[kTypeSlots] = {};
 
   // Prefill tiles (levels with VNNI): tile_pack[type] decodes 8 weight rows (rows[r], r < nrows;

@@ -158,10 +158,12 @@ MatmulPath matmul_path(const MatmulKernels* mk, DType t, int64_t n) {
   return n >= (kind == TileKernels::k32 ? kTileMinRows : kTile16MinRows) ? MatmulPath::kTiles : MatmulPath::kDots;
 }
 
-// The one-row kernel of the level for type t (gemv[], kQ8G activations), or null.
+// The one-row kernel of the level for type t (gemv[], gemv_act_format(t) activations), or null.
 VecDotFn gemv_kernel(const MatmulKernels* mk, DType t) {
   const auto id = static_cast<size_t>(t);
-  return mk != nullptr && id < kTypeSlots && mk->quantize_q8g != nullptr ? mk->gemv[id] : nullptr;
+  if (mk == nullptr || id >= kTypeSlots) return nullptr;
+  const QuantizeActFn q = gemv_act_format(t) == ActFormat::kQ8KG ? mk->quantize_q8kg : mk->quantize_q8g;
+  return q != nullptr ? mk->gemv[id] : nullptr;
 }
 
 // gemm8 and the tiles take their activations in the tiles' format, one row its gemv's.
@@ -171,7 +173,7 @@ ActFormat act_format_for(const MatmulKernels* mk, DType t, int64_t n) {
     return t == DType::BF16 && mk->bgemm != nullptr && g_bf16_act.load(std::memory_order_relaxed) ? ActFormat::kBF16
                                                                                                    : ActFormat::kF32;
   if (path == MatmulPath::kDots)
-    return n == 1 && gemv_kernel(mk, t) != nullptr ? ActFormat::kQ8G : act_format(t);
+    return n == 1 && gemv_kernel(mk, t) != nullptr ? gemv_act_format(t) : act_format(t);
   return tile_kernels(mk, t).q8u() ? ActFormat::kQ8U : ActFormat::kQ8;
 }
 
@@ -390,6 +392,10 @@ ActFormat act_format(DType t) {
   }
 }
 
+ActFormat gemv_act_format(DType t) {
+  return t == DType::Q4_K || t == DType::Q5_K ? ActFormat::kQ8KG : ActFormat::kQ8G;
+}
+
 void act_q8_to_q8u(uint8_t* row, int64_t k) {
   for (int64_t b = 0; b < k / 32; ++b) {
     auto* blk = reinterpret_cast<ActQ8*>(row) + b;
@@ -410,7 +416,8 @@ size_t act_row_bytes(ActFormat f, int64_t k) {
     case ActFormat::kQ8:
     case ActFormat::kQ8U:
     case ActFormat::kQ8G: return static_cast<size_t>(k / 32) * sizeof(ActQ8);
-    case ActFormat::kQ8K: return static_cast<size_t>(k / quant::kQK_K) * sizeof(quant::BlockQ8_K);
+    case ActFormat::kQ8K:
+    case ActFormat::kQ8KG: return static_cast<size_t>(k / quant::kQK_K) * sizeof(quant::BlockQ8_K);
     case ActFormat::kBF16: return static_cast<size_t>(k) * sizeof(uint16_t);
   }
   return 0;
@@ -509,6 +516,7 @@ void op_mul_mat(Tensor* dst, const KernelCtx& c) {
         break;
       case ActFormat::kQ8K: mk->quantize_q8k(x_row(x, j), out, k); break;
       case ActFormat::kQ8G: mk->quantize_q8g(x_row(x, j), out, k); break;
+      case ActFormat::kQ8KG: mk->quantize_q8kg(x_row(x, j), out, k); break;
       case ActFormat::kBF16: mk->quantize_bf16(x_row(x, j), out, k); break;
     }
   };
@@ -557,7 +565,7 @@ void op_mul_mat(Tensor* dst, const KernelCtx& c) {
   const size_t out_stride = dst->nb[1];
   float r[kMaxNa];
   VecDotFn row_dot[kMaxNa] = {dot[0], dot[1], dot[2], dot[3]};
-  if (f == ActFormat::kQ8G) row_dot[0] = gemv_kernel(mk, w->type);  // n == 1
+  if (f == ActFormat::kQ8G || f == ActFormat::kQ8KG) row_dot[0] = gemv_kernel(mk, w->type);  // n == 1
   // A thread claims its next chunk before it multiplies one (see prefetch_ahead).
   for (int64_t ch = c.counter->fetch_add(1, std::memory_order_relaxed); ch < n_chunks;) {
     const int64_t next = c.counter->fetch_add(1, std::memory_order_relaxed);
