@@ -16,7 +16,8 @@
 #      GB/s and % of step 2's bandwidth) and batched decode at 1, 16 and 64 sequences
 #   5. op conformance on CUDA: every op and weight type against the references (ops:*); then
 #      llama-1b Q4_K_M decode with KITE_CUDA_FUSE=1 and =0 (fused launches or one per op),
-#      KITE_CUDA_NORM_TAIL=0 (the norms after the residual adds in their own launches) and
+#      KITE_CUDA_NORM_TAIL=0 (the norms after the residual adds in their own launches),
+#      KITE_CUDA_ROPE_TAIL=0 (the ropes and cache writes in their own launch, not the q/k/v one) and
 #      KITE_CUDA_PDL=0 (plain launches instead of programmatic dependent ones), then
 #      kite-cuda-matmul (mmq vs dequantize + cuBLAS per type and width at 8B shapes), and
 #      llama-1b Q4_K_M pp512 and batched decode 16/64 with KITE_CUDA_MMQ=1 and =0 (int8
@@ -226,14 +227,16 @@ for m in $models; do
     run_step "ops conformance" 90 "$bin/kite-tests" -tc="ops:*" --duration=true
   fi
   if [ $first = 1 ]; then
-    # Fused launches (backends/cuda/ops.cpp run_fused: 6 launches a llama layer's decode step
-    # instead of 24) against one launch per op and against the residual adds' launches without
-    # the next norm (8 a layer: does one block's norm at the end of a mat-vec beat the norm's own
-    # launch?), and programmatic dependent launch (launch.cuh: a kernel starts while the one
-    # before it finishes) against plain launches, on the 1B shape, where launches weigh most.
+    # Fused launches (backends/cuda/ops.cpp run_fused: 5 launches a llama layer's decode step
+    # instead of 24) against one launch per op, against the residual adds' launches without
+    # the next norm (does one block's norm at the end of a mat-vec beat the norm's own launch?)
+    # and the q/k/v launch without the ropes and cache writes, and programmatic dependent launch
+    # (launch.cuh: a kernel starts while the one before it finishes) against plain launches, on
+    # the 1B shape, where launches weigh most.
     KEEP='^\||^\{'
     for knobs in "KITE_CUDA_FUSE=1 KITE_CUDA_PDL=1" "KITE_CUDA_FUSE=0 KITE_CUDA_PDL=1" \
-      "KITE_CUDA_FUSE=1 KITE_CUDA_NORM_TAIL=0" "KITE_CUDA_FUSE=1 KITE_CUDA_PDL=0"; do
+      "KITE_CUDA_FUSE=1 KITE_CUDA_NORM_TAIL=0" "KITE_CUDA_FUSE=1 KITE_CUDA_ROPE_TAIL=0" \
+      "KITE_CUDA_FUSE=1 KITE_CUDA_PDL=0"; do
       run_step "llama-1b q4_K_M tg128 $knobs" 35 env $knobs "$bin/kite" bench \
         --device "$device" --synthetic llama-1b --type q4_K_M -p 0 -n 128 -r 2 "${bw_flag[@]}"
     done

@@ -253,3 +253,107 @@ TEST_CASE("cuda: a residual add's mat-vec launch normalizes the sum with the nor
     }
   }
 }
+
+TEST_CASE("cuda: the q/k/v mat-vec launch ropes q and k and writes the caches with the unfused bits") {
+  auto cuda = cuda_or_skip();
+  if (!cuda) return;
+  auto cpu = create_backend("cpu");
+  REQUIRE(cpu.ok());
+  const ScopedEnv op_by_op("KITE_CUDA_GRAPHS", "0");
+  // A llama layer's q, k, v = Wq·x, Wk·x, Wv·x, rope(q) and rope(k) with adjacent rotary pairs,
+  // k and v written to slots of float caches, built in the model's order (src/model/model.cpp):
+  // for one column the q/k/v launch's blocks rope their own rows and write the caches
+  // (MatVecJob::with_rope). Heads of 64 with every dimension or half of them rotated (the rest
+  // copied), 4 query and 2 key/value heads, no scaling, llama3's and yarn's, F16, BF16 and F32
+  // caches, int8 and F16 weights; two columns take the rope's own launch.
+  const int64_t k = 256, hd = 64, n_head = 4, n_kv = 2, n_slots = 8;
+  struct Case {
+    DType w, cache;
+    int n_rot;
+    RopeScaling scaling;
+    int64_t n;
+  };
+  uint32_t seed = 9700;
+  for (const Case& c : {Case{DType::Q4_K, DType::F16, 64, RopeScaling::kNone, 1},
+                        Case{DType::Q8_0, DType::BF16, 32, RopeScaling::kLlama3, 1},
+                        Case{DType::Q4_0, DType::F32, 64, RopeScaling::kYarn, 1},
+                        Case{DType::F16, DType::F16, 32, RopeScaling::kNone, 1},
+                        Case{DType::Q8_0, DType::F16, 64, RopeScaling::kNone, 2}}) {
+    const std::vector<uint8_t> wq = encode(c.w, randn(static_cast<size_t>(k * hd * n_head), seed++), hd * n_head, k);
+    const std::vector<uint8_t> wk = encode(c.w, randn(static_cast<size_t>(k * hd * n_kv), seed++), hd * n_kv, k);
+    const std::vector<uint8_t> wv = encode(c.w, randn(static_cast<size_t>(k * hd * n_kv), seed++), hd * n_kv, k);
+    const std::vector<float> xf = randn(static_cast<size_t>(k * c.n), seed++);
+    const std::vector<int32_t> pos = {300, 301}, slots = {5, 2};
+    RopeParams rp;
+    rp.mode = RopeMode::kNorm;
+    rp.n_rot = c.n_rot;
+    rp.scaling = c.scaling;
+    rp.factor = 4.f;
+    rp.original_ctx = 256;
+    // q's rope, then the two caches, as floats.
+    auto run = [&](Backend& be) {
+      Graph g;
+      Tensor* wqt = g.input(c.w, {k, hd * n_head}, "wq");
+      Tensor* wkt = g.input(c.w, {k, hd * n_kv}, "wk");
+      Tensor* wvt = g.input(c.w, {k, hd * n_kv}, "wv");
+      Tensor* x = g.input(DType::F32, {k, c.n}, "x");
+      Tensor* pt = g.input(DType::I32, {c.n}, "pos");
+      Tensor* st = g.input(DType::I32, {c.n}, "slots");
+      Tensor* kc = g.input(c.cache, {hd * n_kv, n_slots}, "cache_k");
+      Tensor* vc = g.input(c.cache, {hd * n_kv, n_slots}, "cache_v");
+      Tensor* q = g.mul_mat(wqt, x);
+      Tensor* kk = g.mul_mat(wkt, x);
+      Tensor* v = g.mul_mat(wvt, x);
+      q = g.reshape(q, {hd, n_head, c.n});
+      kk = g.reshape(kk, {hd, n_kv, c.n});
+      q = g.rope(q, pt, rp);
+      kk = g.rope(kk, pt, rp);
+      Tensor* kw = g.kv_write(kc, g.reshape(kk, {hd * n_kv, c.n}), st);
+      Tensor* vw = g.kv_write(vc, v, st);
+      for (Tensor* out : {q, kw, vw}) g.build(out);
+      const MemoryPlan plan = MemoryPlan::make(g);
+      auto buf = be.alloc(plan.arena_bytes() + 64);
+      REQUIRE(buf.ok());
+      plan.place(g, static_cast<uint8_t*>((*buf)->base()));
+      const std::vector<uint8_t> empty(kc->nbytes(), 0);
+      for (const Input& in : std::vector<Input>{{wqt, wq}, {wkt, wk}, {wvt, wv}, {x, bytes_of(xf)},
+                                                {pt, bytes_of_i32(std::vector<int32_t>(pos.begin(), pos.begin() + c.n))},
+                                                {st, bytes_of_i32(std::vector<int32_t>(slots.begin(), slots.begin() + c.n))},
+                                                {kc, empty}, {vc, empty}})
+        REQUIRE(be.upload(*in.t, in.bytes.data(), in.bytes.size()).ok());
+      REQUIRE(be.compute(g.nodes()).ok());
+      REQUIRE(be.synchronize().ok());
+      std::vector<float> all;
+      for (const Tensor* t : {q, kc, vc}) {
+        std::vector<uint8_t> raw(t->nbytes());
+        REQUIRE(be.download(*t, raw.data(), raw.size()).ok());
+        const std::vector<float> f = decode(t->type, raw, t->n_elements());
+        all.insert(all.end(), f.begin(), f.end());
+      }
+      return all;
+    };
+    INFO(quant::find_traits(c.w)->name, " cache ", quant::find_traits(c.cache)->name, " n_rot=", c.n_rot,
+         " scaling=", static_cast<int>(c.scaling), " n=", c.n);
+    // The rope tail, the rope's own launch (KITE_CUDA_ROPE_TAIL=0) and one launch per op.
+    std::vector<float> got[3];
+    uint64_t launches[3] = {};
+    const char* knobs[3][2] = {{"KITE_CUDA_ROPE_TAIL", nullptr}, {"KITE_CUDA_ROPE_TAIL", "0"}, {"KITE_CUDA_FUSE", "0"}};
+    for (int i = 0; i < 3; ++i) {
+      const ScopedEnv env(knobs[i][0], knobs[i][1]);
+#ifdef KITE_CUDA_EMU
+      const uint64_t before = cuda::emu::counters().launches;
+#endif
+      got[i] = run(*cuda);
+#ifdef KITE_CUDA_EMU
+      launches[i] = cuda::emu::counters().launches - before;
+#endif
+    }
+    CHECK(got[0] == got[1]);
+    CHECK(got[0] == got[2]);
+    CHECK(nmse(got[0], to_double(run(**cpu))) < 1e-4);
+#ifdef KITE_CUDA_EMU
+    CHECK(launches[1] - launches[0] == (c.n <= cuda::kMaxRopeTailCols ? 1u : 0u));
+#endif
+    (void)launches;
+  }
+}

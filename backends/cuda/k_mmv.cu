@@ -55,10 +55,10 @@ __device__ __forceinline__ void mmv_float_dot(int type, const uint8_t* wr, int64
   }
 }
 
-template <int NC, bool GLU, bool NORM>
+template <int NC, bool GLU, int TAIL>
 __global__ void __launch_bounds__(kMatVecWarps * 32)
     mmv_float_kernel(MatVecGrid g, int type, int64_t k, const float* x, size_t ldx) {
-  matvec_body<NC, GLU, NORM, false>(g, [&](const uint8_t* wr, int lane, float (&acc)[NC]) {
+  matvec_body<NC, GLU, TAIL, false>(g, [&](const uint8_t* wr, int lane, float (&acc)[NC]) {
     mmv_float_dot<NC>(type, wr, k, x, ldx, lane, acc);
   });
 }
@@ -100,9 +100,9 @@ cudaError_t launch_mmv_float(int type, const MatVecJob& job, int64_t k, const fl
   const MatVecGrid g = matvec_grid(job);
   if (g.blocks == 0) return cudaSuccess;
   return matvec_dispatch(
-      n, job.glu != nullptr, job.norm != nullptr,
-      [](auto nc, auto glu, auto norm) {
-        return mmv_float_kernel<decltype(nc)::value, decltype(glu)::value, decltype(norm)::value>;
+      n, job.glu != nullptr, matvec_tail(job),
+      [](auto nc, auto glu, auto tail) {
+        return mmv_float_kernel<decltype(nc)::value, decltype(glu)::value, decltype(tail)::value>;
       },
       [&](auto mmv) { KITE_KERNEL(g.blocks, kMatVecWarps * 32, 0, s, mmv)(g, type, k, x, ldx); });
 }

@@ -134,6 +134,10 @@ cudaError_t launch_rms_norm_quantize(float* dst, Rows a, const float* w, float e
 // to finish also writes rms_norm of the sum's columns (launch_rms_norm's bits; norm: dense
 // [m, n]), and with norm_q its int8 activations (launch_rms_norm_quantize's): a layer's residual
 // add, then the next block's norm. norm_count: one zeroed counter (left zeroed).
+// With `with_rope` set (q, k and v of a layer as out[0..2], kMaxRopeTailCols column, every m a
+// multiple of 4, rope mode 0 with float caches) each block also ropes its own rows of q and k
+// and writes k's and v's rows to the caches, as launch_rope_kv(rope.q, rope.k, rope.kc, rope.vc)
+// would after the launch (its bits): llama's adjacent rotary pairs fall in one block's rows.
 inline constexpr int kMaxMatVecOuts = 3;
 struct MatVecOut {
   const void* w = nullptr;
@@ -142,6 +146,11 @@ struct MatVecOut {
   float* dst = nullptr;
   int64_t ldd = 0;
 };
+struct MatVecRope {
+  RopeArgs q, k;  // src: out[0].dst and out[1].dst as [hd, n_head, n_tok]
+  RowConversion kc, vc;  // kc: k's rope output to its cache; vc: out[2].dst to v's cache
+};
+inline constexpr int kMaxRopeTailCols = 1;
 struct MatVecJob {
   MatVecOut out[kMaxMatVecOuts];
   int n_out = 1;
@@ -160,6 +169,8 @@ struct MatVecJob {
   int8_t* norm_q = nullptr;
   float* norm_ds = nullptr;
   unsigned* norm_count = nullptr;
+  bool with_rope = false;
+  MatVecRope rope;
 };
 // One block normalizes the sum after the others finished, as the norm's own launch would with
 // one block a column: it saves that launch for a single sequence's decode step, but would

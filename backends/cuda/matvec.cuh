@@ -10,11 +10,16 @@
 #include "backends/cuda/kernels.h"
 #include "backends/cuda/launch.cuh"
 #include "backends/cuda/norm.cuh"
+#include "backends/cuda/rope.cuh"
 #include "backends/cuda/warp.cuh"
 
 namespace kite::cuda {
 
 inline constexpr int kMatVecWarps = 4;  // rows per block
+
+// What a launch computes after its rows (matvec_body's TAIL): nothing more, the residual sum's
+// norm (MatVecJob::norm) or the ropes and cache writes of q, k and v (MatVecJob::with_rope).
+enum MatVecTail { kTailNone = 0, kTailNorm = 1, kTailRope = 2 };
 
 // A MatVecJob as its kernel reads it: output j owns blocks first_block[j] .. first_block[j + 1] - 1.
 // With GLU every block belongs to output 0, and its warps take a row of both gate and up.
@@ -51,11 +56,12 @@ __device__ __forceinline__ void quantize_act_block(float v, int lane, int8_t* q,
   if (lane == 0) *ds = make_float4(d, d * static_cast<float>(s0), d * static_cast<float>(s1), 0.f);
 }
 
-// The output block b computes, and its row for warp `warp` (by selects: no indexing into the
-// kernel's parameters).
-__device__ __forceinline__ MatVecOut matvec_out(const MatVecGrid& g, unsigned b, int warp, int64_t* row) {
+// The output block b computes (its index in *out), and its row for warp `warp` (by selects: no
+// indexing into the kernel's parameters).
+__device__ __forceinline__ MatVecOut matvec_out(const MatVecGrid& g, unsigned b, int warp, int64_t* row, int* out) {
   const int j = b >= g.first_block[2] ? 2 : b >= g.first_block[1] ? 1 : 0;
   *row = static_cast<int64_t>(b - g.first_block[j]) * kMatVecWarps + warp;
+  *out = j;
   return j == 0 ? g.job.out[0] : j == 1 ? g.job.out[1] : g.job.out[2];
 }
 
@@ -161,6 +167,36 @@ __device__ __forceinline__ void matvec_sum_norm(const MatVecGrid& g, int warp, i
   }
 }
 
+// The ropes of q and k and the cache writes of k and v (MatVecJob::with_rope), after this block's
+// warps stored their rows of out[j] (q, k or v): as rope_kv_kernel's items, which read those
+// rows back. Lane 0 of an even row's warp ropes the row's rotary pair with the next row (mode 0:
+// adjacent, and in this block), a row past n_rot is copied, a row of v converted into its cache.
+// Every warp of the block calls it (each m a multiple of kMatVecWarps: no warp's row is past m).
+template <int NC>
+__device__ __forceinline__ void matvec_rope_tail(const MatVecGrid& g, int j, int64_t row, int lane) {
+  __syncthreads();  // (the block's stores of its rows, before they are read back)
+  if (lane != 0) return;
+  const MatVecRope& r = g.job.rope;
+  // rope_kv_kernel's item of row `row` of token c in a (none for the second of a pair).
+  auto item = [row](const RopeArgs& a, int c, int64_t* idx) {
+    const int64_t h = row / a.hd, i = row % a.hd, half = a.n_rot / 2;
+    if (i < a.n_rot && i % 2 != 0) return false;
+    *idx = (c * a.n_head + h) * (a.hd - half) + (i < a.n_rot ? i / 2 : half + (i - a.n_rot));
+    return true;
+  };
+#pragma unroll
+  for (int c = 0; c < NC; ++c) {
+    int64_t idx;
+    if (j == 0) {
+      if (item(r.q, c, &idx)) rope_item(r.q, idx);
+    } else if (j == 1) {
+      if (item(r.k, c, &idx)) rope_item(r.k, idx, &r.kc);
+    } else {
+      convert_float_item(r.vc, c * r.vc.ne0 + row);
+    }
+  }
+}
+
 // Before KITE_GRID_DEPENDENCY (launch.cuh): the first KiB of this warp's weight rows (about what
 // its lanes read first) into L2, while the previous kernel still runs. Bounded, so that every
 // resident warp's prefetches fit in L2 beside the previous kernel's data. (L2 is where the SMs'
@@ -189,14 +225,16 @@ __device__ __forceinline__ void matvec_norm_prefetch(const MatVecGrid& g) {
 // A mat-vec kernel's whole body around its dot product: `dot(row_ptr, lane, acc)` adds this
 // lane's share of a weight row times every column to acc[NC]. Each warp takes a row (with GLU,
 // of gate and of up), the warp's sums are stored with the job's epilogue, then (kInt8, where the
-// job asks) the int8 quantization of the swiglu output, or (NORM) the sum's norm.
-template <int NC, bool GLU, bool NORM, bool kInt8, class Dot>
+// job asks) the int8 quantization of the swiglu output, or the TAIL: the sum's norm, or the
+// ropes and cache writes.
+template <int NC, bool GLU, int TAIL, bool kInt8, class Dot>
 __device__ __forceinline__ void matvec_body(const MatVecGrid& g, Dot dot) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   int64_t row;
-  const MatVecOut o = matvec_out(g, blockIdx.x, warp, &row);
+  int j;
+  const MatVecOut o = matvec_out(g, blockIdx.x, warp, &row, &j);
   matvec_prefetch<GLU>(g, o, row, lane);
-  if constexpr (NORM) matvec_norm_prefetch(g);
+  if constexpr (TAIL == kTailNorm) matvec_norm_prefetch(g);
   KITE_GRID_DEPENDENCY();
   if (row >= o.m) return;
   float acc[NC], up[NC];
@@ -211,24 +249,33 @@ __device__ __forceinline__ void matvec_body(const MatVecGrid& g, Dot dot) {
   if constexpr (GLU && kInt8) {
     if (g.job.glu_q != nullptr) matvec_glu_quantize<NC>(g, warp, lane);
   }
-  if constexpr (NORM) matvec_sum_norm<NC>(g, warp, lane);
+  if constexpr (TAIL == kTailNorm) matvec_sum_norm<NC>(g, warp, lane);
+  if constexpr (TAIL == kTailRope) matvec_rope_tail<NC>(g, j, row, lane);
 }
 
-// Launches kernel<NC, GLU, NORM> for n = 1..kMaxMmvCols columns: pick(integral_constant<int, NC>,
-// bool_constant<GLU>, bool_constant<NORM>) returns the kernel, launch(kernel) launches it. The
-// norm's kernels are their own instances (NC <= kMaxNormTailCols): the other launches keep the
-// registers their loops need.
+// The tail a job asks for.
+inline MatVecTail matvec_tail(const MatVecJob& job) {
+  return job.norm != nullptr ? kTailNorm : job.with_rope ? kTailRope : kTailNone;
+}
+
+// Launches kernel<NC, GLU, TAIL> for n = 1..kMaxMmvCols columns: pick(integral_constant<int, NC>,
+// bool_constant<GLU>, integral_constant<int, TAIL>) returns the kernel, launch(kernel) launches
+// it. The tails' kernels are their own instances (NC <= kMaxNormTailCols, kMaxRopeTailCols): the
+// other launches keep the registers their loops need.
 template <class Pick, class Launch>
-cudaError_t matvec_dispatch(int n, bool glu, bool norm, Pick pick, Launch launch) {
+cudaError_t matvec_dispatch(int n, bool glu, MatVecTail tail, Pick pick, Launch launch) {
   using Yes = std::true_type;
   using No = std::false_type;
   auto go = [&](auto nc) {
+    constexpr int kNc = decltype(nc)::value;
     if (glu) {
-      launch(pick(nc, Yes{}, No{}));
-    } else if (!norm) {
-      launch(pick(nc, No{}, No{}));
-    } else if constexpr (decltype(nc)::value <= kMaxNormTailCols) {
-      launch(pick(nc, No{}, Yes{}));
+      launch(pick(nc, Yes{}, std::integral_constant<int, kTailNone>{}));
+    } else if (tail == kTailNone) {
+      launch(pick(nc, No{}, std::integral_constant<int, kTailNone>{}));
+    } else if (tail == kTailNorm) {
+      if constexpr (kNc <= kMaxNormTailCols) launch(pick(nc, No{}, std::integral_constant<int, kTailNorm>{}));
+    } else if constexpr (kNc <= kMaxRopeTailCols) {
+      launch(pick(nc, No{}, std::integral_constant<int, kTailRope>{}));
     }
   };
   switch (n) {
@@ -245,8 +292,22 @@ cudaError_t matvec_dispatch(int n, bool glu, bool norm, Pick pick, Launch launch
   return cudaGetLastError();
 }
 
+// Whether a job's rope tail (MatVecJob::with_rope) is well formed for n columns.
+inline bool matvec_rope_ok(const MatVecJob& job, int n) {
+  const MatVecRope& r = job.rope;
+  if (job.n_out != 3 || job.glu != nullptr || job.sum != nullptr || n > kMaxRopeTailCols) return false;
+  for (int j = 0; j < 3; ++j)
+    if (job.out[j].m % kMatVecWarps != 0) return false;
+  for (const RopeArgs* a : {&r.q, &r.k})
+    if (a->mode != 0 || a->hd % 2 != 0 || a->n_rot % 2 != 0 || a->n_rot > a->hd || a->n_tok != n) return false;
+  return r.q.hd * r.q.n_head == job.out[0].m && r.k.hd * r.k.n_head == job.out[1].m && r.kc.ne0 == job.out[1].m &&
+         r.vc.ne0 == job.out[2].m && r.kc.n_rows == n && r.vc.n_rows == n && r.kc.dst_type != kQ8_0 &&
+         r.vc.dst_type != kQ8_0;
+}
+
 // Whether a job of n columns is well formed: 1..kMaxMatVecOuts outputs; GLU: two of equal m; a
-// sum: one; its norm: kMaxNormTailCols columns at most, whole 32-row blocks.
+// sum: one; its norm: kMaxNormTailCols columns at most, whole 32-row blocks; the rope tail:
+// matvec_rope_ok.
 inline bool matvec_job_ok(const MatVecJob& job, int n) {
   if (job.n_out < 1 || job.n_out > kMaxMatVecOuts) return false;
   if (job.glu != nullptr && (job.n_out != 2 || job.out[0].m != job.out[1].m)) return false;
@@ -255,7 +316,7 @@ inline bool matvec_job_ok(const MatVecJob& job, int n) {
                               job.norm_count == nullptr ||
                               (job.norm_q != nullptr) != (job.norm_ds != nullptr)))
     return false;
-  return true;
+  return !job.with_rope || (job.norm == nullptr && matvec_rope_ok(job, n));
 }
 
 }  // namespace kite::cuda

@@ -39,10 +39,10 @@ __device__ __forceinline__ void mmvq_dot(const uint8_t* wr, int n_units, const i
   }
 }
 
-template <int T, int NC, bool GLU, bool NORM>
+template <int T, int NC, bool GLU, int TAIL>
 __global__ void __launch_bounds__(kMatVecWarps * 32)
     mmvq_kernel(MatVecGrid g, int n_units, const int8_t* q, const float4* ds) {
-  matvec_body<NC, GLU, NORM, true>(g, [&](const uint8_t* wr, int lane, float (&acc)[NC]) {
+  matvec_body<NC, GLU, TAIL, true>(g, [&](const uint8_t* wr, int lane, float (&acc)[NC]) {
     mmvq_dot<T, NC>(wr, n_units, q, ds, lane, acc);
   });
 }
@@ -53,9 +53,9 @@ cudaError_t launch_mmvq_t(const MatVecJob& job, int64_t k, const int8_t* q, cons
   const int n_units = static_cast<int>(k / 32);
   const auto* d4 = reinterpret_cast<const float4*>(ds);
   return matvec_dispatch(
-      n, job.glu != nullptr, job.norm != nullptr,
-      [](auto nc, auto glu, auto norm) {
-        return mmvq_kernel<T, decltype(nc)::value, decltype(glu)::value, decltype(norm)::value>;
+      n, job.glu != nullptr, matvec_tail(job),
+      [](auto nc, auto glu, auto tail) {
+        return mmvq_kernel<T, decltype(nc)::value, decltype(glu)::value, decltype(tail)::value>;
       },
       [&](auto mmvq) { KITE_KERNEL(g.blocks, kMatVecWarps * 32, 0, s, mmvq)(g, n_units, q, d4); });
 }

@@ -13,7 +13,7 @@
 // cores where the shape allows (k_attention_tc.cu), decode rows on the CUDA-core kernel.
 //
 // run_fused: neighbouring nodes that one launch can compute together (device.h), so that a
-// decode step of a llama layer is 6 launches instead of 24 (8 for a batch); every node's result
+// decode step of a llama layer is 5 launches instead of 24 (8 for a batch); every node's result
 // still lands where the planner put it, with the bits of its own kernel.
 #include <algorithm>
 #include <cstdlib>
@@ -161,9 +161,10 @@ struct NormTail {
 // launch; the same launch may also compute `epilogue`: the swiglu of a gate/up pair, or the add
 // of one matmul's result to a residual (MatVecJob), and then that sum's rms_norm (`tail`). With
 // `int8_epilogue` (a swiglu epilogue of int8 weights, m % 32 == 0) it also writes the swiglu
-// output's int8 activations, for the down projection after it.
+// output's int8 activations, for the down projection after it. With `rope` (a layer's q, k, v
+// as the group, one column) it also ropes q and k and writes k and v to the caches.
 Status mul_mat(Device& dev, OpScratch& sc, std::span<Tensor* const> group, Tensor* epilogue = nullptr,
-               bool int8_epilogue = false, NormTail tail = {}) {
+               bool int8_epilogue = false, NormTail tail = {}, const MatVecRope* rope = nullptr) {
   Tensor* n = group[0];
   const Tensor* w = n->src[0];
   const Tensor* x = n->src[1];
@@ -213,6 +214,10 @@ Status mul_mat(Device& dev, OpScratch& sc, std::span<Tensor* const> group, Tenso
       }
       KITE_ASSIGN_OR_RETURN(job.norm_count, zeroed_counters(dev, sc, 1));
     }
+    if (rope != nullptr) {
+      job.with_rope = true;
+      job.rope = *rope;
+    }
     // The int8 activations this launch writes (the swiglu's or the norm's): into the pair that
     // does not hold those it reads.
     Int8Activations q, out;
@@ -238,7 +243,8 @@ Status mul_mat(Device& dev, OpScratch& sc, std::span<Tensor* const> group, Tenso
     if (out.q != nullptr) sc.int8 = out;
     return ok_status();
   }
-  if (group.size() != 1 || epilogue != nullptr) return make_error("cuda: fused matmuls of ", cols, " columns");
+  if (group.size() != 1 || epilogue != nullptr || rope != nullptr)
+    return make_error("cuda: fused matmuls of ", cols, " columns");
   if (!is_float(w->type) && use_mmq(dev, cols)) {  // int8 tensor cores
     KITE_ASSIGN_OR_RETURN(const Int8Activations q, int8_activations(dev, sc, x, act));
     float* partial = nullptr;
@@ -522,7 +528,7 @@ Fusions fusions_from_env() {
     const char* env = std::getenv(name);
     return env != nullptr && std::string_view(env) == "0";
   };
-  return Fusions{!off("KITE_CUDA_FUSE"), !off("KITE_CUDA_NORM_TAIL")};
+  return Fusions{!off("KITE_CUDA_FUSE"), !off("KITE_CUDA_NORM_TAIL"), !off("KITE_CUDA_ROPE_TAIL")};
 }
 
 namespace {
@@ -588,6 +594,26 @@ bool is_rope_kv(std::span<Tensor* const> nodes) {
     return false;
   if (!k->is_contiguous() || view->ne[0] != k->ne[0] * k->ne[1] || view->n_rows() != k->ne[2]) return false;
   return apart({q, k, kw->src[0], vw->src[0]}, {q->src[0], k->src[0], vw->src[1]});
+}
+
+// A layer's q, k and v products (nodes[0..2], one launch), the reshapes of q and k, then
+// is_rope_kv's five nodes over them with float caches, llama's adjacent rotary pairs and one
+// column: what the mat-vec launch's rope tail computes (MatVecJob::with_rope).
+bool is_qkv_rope_kv(std::span<Tensor* const> nodes) {
+  if (nodes.size() < 10 || nodes[0]->src[1]->n_rows() > kMaxRopeTailCols) return false;
+  const Tensor *vq = nodes[3], *vk = nodes[4], *q = nodes[5], *k = nodes[6], *kw = nodes[8], *vw = nodes[9];
+  auto reshape_of = [](const Tensor* view, const Tensor* mm) {
+    return view->op == Op::kView && view->src[0] == mm && view->view_offset == 0 && view->is_contiguous() &&
+           mm->is_contiguous();
+  };
+  if (!reshape_of(vq, nodes[0]) || !reshape_of(vk, nodes[1]) || q->src[0] != vq || k->src[0] != vk ||
+      !is_rope_kv(nodes.subspan(5)) || vw->src[1] != nodes[2] || !nodes[2]->is_contiguous())
+    return false;
+  if (q->params.i[0] != 0 || k->params.i[0] != 0 || !is_float(kw->src[0]->type)) return false;
+  // The launch writes the ropes and the caches while it still reads its activations: float
+  // weights read the input itself (int8 weights read its int8 activations, in scratch memory),
+  // which the planner may have given to the ropes, since the products were its last readers.
+  return !is_float(nodes[0]->src[0]->type) || apart({q, k, kw->src[0], vw->src[0]}, {nodes[0]->src[1]});
 }
 
 // Two rms_norms of rows of one length in a row (qwen3's q_norm and k_norm): one launch.
@@ -673,6 +699,16 @@ Result<size_t> run_fused(Device& dev, OpScratch& sc, std::span<Tensor* const> no
                              int8_matmul(dev, nodes[3]) && nodes[3]->src[1] == nodes[2];
       KITE_TRY(mul_mat(dev, sc, pair, nodes[2], int8_down));
       return size_t{3};
+    }
+    // q, k and v with their ropes and cache writes (one column).
+    if (count == 3 && fuse.rope_tail && is_qkv_rope_kv(nodes)) {
+      MatVecRope r;
+      KITE_ASSIGN_OR_RETURN(r.q, rope_args(dev, nodes[5]));
+      KITE_ASSIGN_OR_RETURN(r.k, rope_args(dev, nodes[6]));
+      KITE_ASSIGN_OR_RETURN(r.kc, kv_write_rows(dev, nodes[8]));
+      KITE_ASSIGN_OR_RETURN(r.vc, kv_write_rows(dev, nodes[9]));
+      KITE_TRY(mul_mat(dev, sc, nodes.first(3), nullptr, false, {}, &r));
+      return size_t{10};
     }
     if (count == 1 && is_residual_add_of(nodes[1], n) && !overlaps(nodes[1], n->src[1])) {
       // ... and the sum's rms_norm (the next block's input), for a single column.
