@@ -10,6 +10,26 @@ namespace {
 
 using namespace ops_test;
 
+// The NMSE between type t's one-row decode kernel (mk.gemv, on activations `ag`) and its per-row
+// dot (mk.dot[t][0], on `ad`), over 5 random weight rows of k: the same integer sums, so only
+// the float rounding may differ.
+double gemv_vs_dot(const cpu::MatmulKernels& mk, DType t, int64_t k, const uint8_t* ag, const uint8_t* ad, size_t ab,
+                   uint32_t seed) {
+  const auto id = static_cast<size_t>(t);
+  const int64_t rows = 5;
+  const std::vector<uint8_t> wb = encode(t, randn(static_cast<size_t>(k * rows), seed), rows, k);
+  const size_t rb = wb.size() / rows;
+  std::vector<float> got;
+  std::vector<double> ref;
+  for (int64_t i = 0; i < rows; ++i) {
+    float a = 0.f, b = 0.f;
+    mk.gemv[id](k, wb.data() + rb * static_cast<size_t>(i), ag, ab, &a);
+    mk.dot[id][0](k, wb.data() + rb * static_cast<size_t>(i), ad, ab, &b);
+    got.push_back(a), ref.push_back(b);
+  }
+  return nmse(got, ref);
+}
+
 TEST_CASE("ops: cpu features and simd levels") {
   const auto& f = cpu::cpu_features();
   MESSAGE("cpu features: ", f.describe(), "; best level ", std::string(cpu::simd_level_name(cpu::best_simd_level())));
@@ -275,20 +295,8 @@ TEST_CASE("ops: decode gemv kernels (kQ8G activations) match the per-row dots") 
       for (DType t : kQuantTypes) {
         const auto id = static_cast<size_t>(t);
         if (mk.gemv[id] == nullptr || cpu::gemv_act_format(t) != cpu::ActFormat::kQ8G) continue;
-        const int64_t rows = 5;
-        const std::vector<uint8_t> wb = encode(t, randn(static_cast<size_t>(k * rows), 600 + static_cast<uint32_t>(k)), rows, k);
-        const size_t rb = wb.size() / rows;
-        std::vector<float> got;
-        std::vector<double> ref;
-        for (int64_t i = 0; i < rows; ++i) {
-          float a = 0.f, b = 0.f;
-          mk.gemv[id](k, wb.data() + rb * static_cast<size_t>(i), ag.data(), ab, &a);
-          mk.dot[id][0](k, wb.data() + rb * static_cast<size_t>(i), a8.data(), ab, &b);
-          got.push_back(a), ref.push_back(b);
-        }
         INFO(cpu::simd_level_name(l), " ", quant::find_traits(t)->name, " k=", k);
-        // The same integer sums; only the float rounding differs.
-        CHECK(nmse(got, ref) < 1e-10);
+        CHECK(gemv_vs_dot(mk, t, k, ag.data(), a8.data(), ab, 600 + static_cast<uint32_t>(k)) < 1e-10);
         ++checked;
       }
     }
@@ -334,19 +342,8 @@ TEST_CASE("ops: Q4_K/Q5_K decode gemv kernels (kQ8KG activations) match the per-
         const auto id = static_cast<size_t>(t);
         REQUIRE(cpu::gemv_act_format(t) == cpu::ActFormat::kQ8KG);
         if (mk.gemv[id] == nullptr) continue;
-        const int64_t rows = 5;
-        const std::vector<uint8_t> wb = encode(t, randn(static_cast<size_t>(k * rows), 900 + static_cast<uint32_t>(k)), rows, k);
-        const size_t rb = wb.size() / rows;
-        std::vector<float> got;
-        std::vector<double> ref;
-        for (int64_t i = 0; i < rows; ++i) {
-          float a = 0.f, b = 0.f;
-          mk.gemv[id](k, wb.data() + rb * static_cast<size_t>(i), ag.data(), ab, &a);
-          mk.dot[id][0](k, wb.data() + rb * static_cast<size_t>(i), ak.data(), ab, &b);
-          got.push_back(a), ref.push_back(b);
-        }
         INFO(cpu::simd_level_name(l), " ", quant::find_traits(t)->name, " k=", k);
-        CHECK(nmse(got, ref) < 1e-10);  // the same integer sums; only the float rounding differs
+        CHECK(gemv_vs_dot(mk, t, k, ag.data(), ak.data(), ab, 900 + static_cast<uint32_t>(k)) < 1e-10);
         ++checked;
       }
     }
