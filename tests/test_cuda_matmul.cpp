@@ -265,23 +265,25 @@ TEST_CASE("cuda: the q/k/v mat-vec launch ropes q and k and writes the caches wi
   // for one column the q/k/v launch's blocks rope their own rows and write the caches
   // (MatVecJob::with_rope). Heads of 64 with every dimension or half of them rotated (the rest
   // copied), 4 query and 2 key/value heads, no scaling, llama3's and yarn's, F16, BF16 and F32
-  // caches, int8 and F16 weights; two columns take the rope's own launch.
+  // caches, int8 and F16 weights, v's of another type (q and k's launch, then v's: each with its
+  // share of the tail); two columns take the rope's own launch.
   const int64_t k = 256, hd = 64, n_head = 4, n_kv = 2, n_slots = 8;
   struct Case {
-    DType w, cache;
+    DType w, wv, cache;
     int n_rot;
     RopeScaling scaling;
     int64_t n;
   };
   uint32_t seed = 9700;
-  for (const Case& c : {Case{DType::Q4_K, DType::F16, 64, RopeScaling::kNone, 1},
-                        Case{DType::Q8_0, DType::BF16, 32, RopeScaling::kLlama3, 1},
-                        Case{DType::Q4_0, DType::F32, 64, RopeScaling::kYarn, 1},
-                        Case{DType::F16, DType::F16, 32, RopeScaling::kNone, 1},
-                        Case{DType::Q8_0, DType::F16, 64, RopeScaling::kNone, 2}}) {
+  for (const Case& c : {Case{DType::Q4_K, DType::Q4_K, DType::F16, 64, RopeScaling::kNone, 1},
+                        Case{DType::Q8_0, DType::Q8_0, DType::BF16, 32, RopeScaling::kLlama3, 1},
+                        Case{DType::Q4_0, DType::Q4_0, DType::F32, 64, RopeScaling::kYarn, 1},
+                        Case{DType::F16, DType::F16, DType::F16, 32, RopeScaling::kNone, 1},
+                        Case{DType::Q4_K, DType::Q6_K, DType::F16, 32, RopeScaling::kNone, 1},
+                        Case{DType::Q8_0, DType::Q8_0, DType::F16, 64, RopeScaling::kNone, 2}}) {
     const std::vector<uint8_t> wq = encode(c.w, randn(static_cast<size_t>(k * hd * n_head), seed++), hd * n_head, k);
     const std::vector<uint8_t> wk = encode(c.w, randn(static_cast<size_t>(k * hd * n_kv), seed++), hd * n_kv, k);
-    const std::vector<uint8_t> wv = encode(c.w, randn(static_cast<size_t>(k * hd * n_kv), seed++), hd * n_kv, k);
+    const std::vector<uint8_t> wv = encode(c.wv, randn(static_cast<size_t>(k * hd * n_kv), seed++), hd * n_kv, k);
     const std::vector<float> xf = randn(static_cast<size_t>(k * c.n), seed++);
     const std::vector<int32_t> pos = {300, 301}, slots = {5, 2};
     RopeParams rp;
@@ -295,7 +297,7 @@ TEST_CASE("cuda: the q/k/v mat-vec launch ropes q and k and writes the caches wi
       Graph g;
       Tensor* wqt = g.input(c.w, {k, hd * n_head}, "wq");
       Tensor* wkt = g.input(c.w, {k, hd * n_kv}, "wk");
-      Tensor* wvt = g.input(c.w, {k, hd * n_kv}, "wv");
+      Tensor* wvt = g.input(c.wv, {k, hd * n_kv}, "wv");
       Tensor* x = g.input(DType::F32, {k, c.n}, "x");
       Tensor* pt = g.input(DType::I32, {c.n}, "pos");
       Tensor* st = g.input(DType::I32, {c.n}, "slots");
@@ -332,7 +334,7 @@ TEST_CASE("cuda: the q/k/v mat-vec launch ropes q and k and writes the caches wi
       }
       return all;
     };
-    INFO(quant::find_traits(c.w)->name, " cache ", quant::find_traits(c.cache)->name, " n_rot=", c.n_rot,
+    INFO(quant::find_traits(c.w)->name, " v ", quant::find_traits(c.wv)->name, " cache ", quant::find_traits(c.cache)->name, " n_rot=", c.n_rot,
          " scaling=", static_cast<int>(c.scaling), " n=", c.n);
     // The rope tail, the rope's own launch (KITE_CUDA_ROPE_TAIL=0) and one launch per op.
     std::vector<float> got[3];

@@ -176,11 +176,12 @@ Fusions fusions_from_env();
 // int8 matmuls after it (which then share them); matmuls of one input on the mat-vec kernels
 // (up to kMaxMatVecOuts weights of one type), with the swiglu of a gate/up pair (and its int8
 // activations), or one with the residual add after it (and for a single column, the next
-// block's rms_norm of the sum, with its int8 activations, unless !fuse.norm_tail; for q, k and v
-// of one column, their ropes and cache writes, unless !fuse.rope_tail); two ropes, with the two kv_writes of
-// their layer where the caches are float; two kv_writes; two rms_norms of rows of one length
-// (qwen3's q_norm and k_norm); attention, merging its split decode rows itself. Every node's
-// result is still written.
+// block's rms_norm of the sum, with its int8 activations, unless !fuse.norm_tail), or a layer's
+// q, k and v of a single column with their ropes and cache writes (float caches, llama's
+// adjacent pairs; unless !fuse.rope_tail); two ropes, with the two kv_writes of their layer
+// where the caches are float; two kv_writes; two rms_norms of rows of one length (qwen3's
+// q_norm and k_norm); attention, merging its split decode rows itself. Every node's result is
+// still written.
 // Returns how many ran.
 Result<size_t> run_fused(Device& dev, OpScratch& scratch, std::span<Tensor* const> nodes, const Fusions& fuse);
 

@@ -134,10 +134,11 @@ cudaError_t launch_rms_norm_quantize(float* dst, Rows a, const float* w, float e
 // to finish also writes rms_norm of the sum's columns (launch_rms_norm's bits; norm: dense
 // [m, n]), and with norm_q its int8 activations (launch_rms_norm_quantize's): a layer's residual
 // add, then the next block's norm. norm_count: one zeroed counter (left zeroed).
-// With `with_rope` set (q, k and v of a layer as out[0..2], kMaxRopeTailCols column, every m a
-// multiple of 4, rope mode 0 with float caches) each block also ropes its own rows of q and k
-// and writes k's and v's rows to the caches, as launch_rope_kv(rope.q, rope.k, rope.kc, rope.vc)
-// would after the launch (its bits): llama's adjacent rotary pairs fall in one block's rows.
+// With `with_rope` set (a layer's q, k and v from rope.first on as the outputs: all three, q and
+// k, or v alone; kMaxRopeTailCols column, every m a multiple of 4, rope mode 0, float caches)
+// each block also ropes its own rows of q and k and writes k's and v's rows to the caches, as
+// launch_rope_kv(rope.q, rope.k, rope.kc, rope.vc) would after the launch (its bits): llama's
+// adjacent rotary pairs fall in one block's rows.
 inline constexpr int kMaxMatVecOuts = 3;
 struct MatVecOut {
   const void* w = nullptr;
@@ -147,8 +148,10 @@ struct MatVecOut {
   int64_t ldd = 0;
 };
 struct MatVecRope {
-  RopeArgs q, k;  // src: out[0].dst and out[1].dst as [hd, n_head, n_tok]
-  RowConversion kc, vc;  // kc: k's rope output to its cache; vc: out[2].dst to v's cache
+  enum Role { kQ = 0, kK = 1, kV = 2 };
+  int first = kQ;        // the role of out[0]; out[j] is role first + j
+  RopeArgs q, k;         // src: q's and k's outputs as [hd, n_head, n_tok]
+  RowConversion kc, vc;  // kc: k's rope output to its cache; vc: v's output to its cache
 };
 inline constexpr int kMaxRopeTailCols = 1;
 struct MatVecJob {

@@ -168,8 +168,8 @@ __device__ __forceinline__ void matvec_sum_norm(const MatVecGrid& g, int warp, i
 }
 
 // The ropes of q and k and the cache writes of k and v (MatVecJob::with_rope), after this block's
-// warps stored their rows of out[j] (q, k or v): as rope_kv_kernel's items, which read those
-// rows back. Lane 0 of an even row's warp ropes the row's rotary pair with the next row (mode 0:
+// warps stored their rows of out[j] (q, k or v by MatVecRope::first): as rope_kv_kernel's items,
+// which read those rows back. Lane 0 of an even row's warp ropes the row's rotary pair with the next row (mode 0:
 // adjacent, and in this block), a row past n_rot is copied, a row of v converted into its cache.
 // Every warp of the block calls it (each m a multiple of kMatVecWarps: no warp's row is past m).
 template <int NC>
@@ -177,6 +177,7 @@ __device__ __forceinline__ void matvec_rope_tail(const MatVecGrid& g, int j, int
   __syncthreads();  // (the block's stores of its rows, before they are read back)
   if (lane != 0) return;
   const MatVecRope& r = g.job.rope;
+  const int role = r.first + j;
   // rope_kv_kernel's item of row `row` of token c in a (none for the second of a pair).
   auto item = [row](const RopeArgs& a, int c, int64_t* idx) {
     const int64_t h = row / a.hd, i = row % a.hd, half = a.n_rot / 2;
@@ -187,9 +188,9 @@ __device__ __forceinline__ void matvec_rope_tail(const MatVecGrid& g, int j, int
 #pragma unroll
   for (int c = 0; c < NC; ++c) {
     int64_t idx;
-    if (j == 0) {
+    if (role == MatVecRope::kQ) {
       if (item(r.q, c, &idx)) rope_item(r.q, idx);
-    } else if (j == 1) {
+    } else if (role == MatVecRope::kK) {
       if (item(r.k, c, &idx)) rope_item(r.k, idx, &r.kc);
     } else {
       convert_float_item(r.vc, c * r.vc.ne0 + row);
@@ -295,14 +296,27 @@ cudaError_t matvec_dispatch(int n, bool glu, MatVecTail tail, Pick pick, Launch 
 // Whether a job's rope tail (MatVecJob::with_rope) is well formed for n columns.
 inline bool matvec_rope_ok(const MatVecJob& job, int n) {
   const MatVecRope& r = job.rope;
-  if (job.n_out != 3 || job.glu != nullptr || job.sum != nullptr || n > kMaxRopeTailCols) return false;
-  for (int j = 0; j < 3; ++j)
-    if (job.out[j].m % kMatVecWarps != 0) return false;
-  for (const RopeArgs* a : {&r.q, &r.k})
-    if (a->mode != 0 || a->hd % 2 != 0 || a->n_rot % 2 != 0 || a->n_rot > a->hd || a->n_tok != n) return false;
-  return r.q.hd * r.q.n_head == job.out[0].m && r.k.hd * r.k.n_head == job.out[1].m && r.kc.ne0 == job.out[1].m &&
-         r.vc.ne0 == job.out[2].m && r.kc.n_rows == n && r.vc.n_rows == n && r.kc.dst_type != kQ8_0 &&
-         r.vc.dst_type != kQ8_0;
+  if (job.glu != nullptr || job.sum != nullptr || n > kMaxRopeTailCols || r.first < MatVecRope::kQ ||
+      r.first + job.n_out > MatVecRope::kV + 1)
+    return false;
+  auto rope_ok = [n](const RopeArgs& a, int64_t m) {
+    return a.mode == 0 && a.hd % 2 == 0 && a.n_rot % 2 == 0 && a.n_rot <= a.hd && a.n_tok == n && a.hd * a.n_head == m;
+  };
+  for (int j = 0; j < job.n_out; ++j) {
+    const int64_t m = job.out[j].m;
+    if (m % kMatVecWarps != 0) return false;
+    switch (r.first + j) {
+      case MatVecRope::kQ:
+        if (!rope_ok(r.q, m)) return false;
+        break;
+      case MatVecRope::kK:
+        if (!rope_ok(r.k, m) || r.kc.ne0 != m || r.kc.n_rows != n || r.kc.dst_type == kQ8_0) return false;
+        break;
+      default:
+        if (r.vc.ne0 != m || r.vc.n_rows != n || r.vc.dst_type == kQ8_0) return false;
+    }
+  }
+  return true;
 }
 
 // Whether a job of n columns is well formed: 1..kMaxMatVecOuts outputs; GLU: two of equal m; a

@@ -161,8 +161,9 @@ struct NormTail {
 // launch; the same launch may also compute `epilogue`: the swiglu of a gate/up pair, or the add
 // of one matmul's result to a residual (MatVecJob), and then that sum's rms_norm (`tail`). With
 // `int8_epilogue` (a swiglu epilogue of int8 weights, m % 32 == 0) it also writes the swiglu
-// output's int8 activations, for the down projection after it. With `rope` (a layer's q, k, v
-// as the group, one column) it also ropes q and k and writes k and v to the caches.
+// output's int8 activations, for the down projection after it. With `rope` (of a layer's q, k
+// and v, the group's from rope->first on; one column) it also ropes q and k and writes k and v
+// to the caches.
 Status mul_mat(Device& dev, OpScratch& sc, std::span<Tensor* const> group, Tensor* epilogue = nullptr,
                bool int8_epilogue = false, NormTail tail = {}, const MatVecRope* rope = nullptr) {
   Tensor* n = group[0];
@@ -596,11 +597,14 @@ bool is_rope_kv(std::span<Tensor* const> nodes) {
   return apart({q, k, kw->src[0], vw->src[0]}, {q->src[0], k->src[0], vw->src[1]});
 }
 
-// A layer's q, k and v products (nodes[0..2], one launch), the reshapes of q and k, then
-// is_rope_kv's five nodes over them with float caches, llama's adjacent rotary pairs and one
-// column: what the mat-vec launch's rope tail computes (MatVecJob::with_rope).
+// A layer's q, k and v products of one input (nodes[0..2]; q and k one mat-vec launch), the
+// reshapes of q and k, then is_rope_kv's five nodes over them with float caches, llama's
+// adjacent rotary pairs and one column: what the mat-vec launches' rope tails compute
+// (MatVecJob::with_rope).
 bool is_qkv_rope_kv(std::span<Tensor* const> nodes) {
-  if (nodes.size() < 10 || nodes[0]->src[1]->n_rows() > kMaxRopeTailCols) return false;
+  if (nodes.size() < 10 || nodes[0]->src[1]->n_rows() > kMaxRopeTailCols || nodes[2]->op != Op::kMulMat ||
+      nodes[2]->src[1] != nodes[0]->src[1])
+    return false;
   const Tensor *vq = nodes[3], *vk = nodes[4], *q = nodes[5], *k = nodes[6], *kw = nodes[8], *vw = nodes[9];
   auto reshape_of = [](const Tensor* view, const Tensor* mm) {
     return view->op == Op::kView && view->src[0] == mm && view->view_offset == 0 && view->is_contiguous() &&
@@ -613,7 +617,8 @@ bool is_qkv_rope_kv(std::span<Tensor* const> nodes) {
   // The launch writes the ropes and the caches while it still reads its activations: float
   // weights read the input itself (int8 weights read its int8 activations, in scratch memory),
   // which the planner may have given to the ropes, since the products were its last readers.
-  return !is_float(nodes[0]->src[0]->type) || apart({q, k, kw->src[0], vw->src[0]}, {nodes[0]->src[1]});
+  return (!is_float(nodes[0]->src[0]->type) && !is_float(nodes[2]->src[0]->type)) ||
+         apart({q, k, kw->src[0], vw->src[0]}, {nodes[0]->src[1]});
 }
 
 // Two rms_norms of rows of one length in a row (qwen3's q_norm and k_norm): one launch.
@@ -700,14 +705,19 @@ Result<size_t> run_fused(Device& dev, OpScratch& sc, std::span<Tensor* const> no
       KITE_TRY(mul_mat(dev, sc, pair, nodes[2], int8_down));
       return size_t{3};
     }
-    // q, k and v with their ropes and cache writes (one column).
-    if (count == 3 && fuse.rope_tail && is_qkv_rope_kv(nodes)) {
+    // q, k and v with their ropes and cache writes (one column): one launch, or where v's
+    // weights are of another type (Q4_K_M's Q6_K v) q and k's launch, then v's.
+    if ((count == 3 || count == 2) && fuse.rope_tail && is_qkv_rope_kv(nodes)) {
       MatVecRope r;
       KITE_ASSIGN_OR_RETURN(r.q, rope_args(dev, nodes[5]));
       KITE_ASSIGN_OR_RETURN(r.k, rope_args(dev, nodes[6]));
       KITE_ASSIGN_OR_RETURN(r.kc, kv_write_rows(dev, nodes[8]));
       KITE_ASSIGN_OR_RETURN(r.vc, kv_write_rows(dev, nodes[9]));
-      KITE_TRY(mul_mat(dev, sc, nodes.first(3), nullptr, false, {}, &r));
+      KITE_TRY(mul_mat(dev, sc, nodes.first(count), nullptr, false, {}, &r));
+      if (count == 2) {
+        r.first = MatVecRope::kV;
+        KITE_TRY(mul_mat(dev, sc, nodes.subspan(2, 1), nullptr, false, {}, &r));
+      }
       return size_t{10};
     }
     if (count == 1 && is_residual_add_of(nodes[1], n) && !overlaps(nodes[1], n->src[1])) {
