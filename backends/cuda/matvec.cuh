@@ -169,8 +169,9 @@ __device__ __forceinline__ void matvec_sum_norm(const MatVecGrid& g, int warp, i
 
 // The ropes of q and k and the cache writes of k and v (MatVecJob::with_rope), after this block's
 // warps stored their rows of out[j] (q, k or v by MatVecRope::first): as rope_kv_kernel's items,
-// which read those rows back. Lane 0 of an even row's warp ropes the row's rotary pair with the next row (mode 0:
-// adjacent, and in this block), a row past n_rot is copied, a row of v converted into its cache.
+// which read those rows back. Lane 0 of an even row's warp ropes the row's rotary pair with the
+// next row (mode 0: adjacent, and in this block), a row past n_rot is copied, a row of v is
+// converted into its cache.
 // Every warp of the block calls it (each m a multiple of kMatVecWarps: no warp's row is past m).
 template <int NC>
 __device__ __forceinline__ void matvec_rope_tail(const MatVecGrid& g, int j, int64_t row, int lane) {
