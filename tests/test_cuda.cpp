@@ -294,8 +294,9 @@ TEST_CASE("cuda: fused launches give the unfused logits bit for bit, in fewer la
   struct Case {
     const char* model;
     int64_t saved_per_layer;  // launches a decode step of one sequence saves per layer
-    int64_t rope_layers;      // layers whose q/k/v launch also ropes (one sequence): one more saved
+    int64_t rope_saved;       // saved by the q/k/v launches' rope tails (one sequence; one a layer)
     DType kv_type = DType::F16;
+    const char* quantized = nullptr;  // the model as kite quantizes it to this type (load_quantized)
   };
   // int8 weights: the quantizations of q, k, v, gate and up's input (done by the norms), of the
   // attention output (done by the attention) and of the swiglu output (done by the gate/up
@@ -305,14 +306,19 @@ TEST_CASE("cuda: fused launches give the unfused logits bit for bit, in fewer la
   // but the quantizations; qwen3's per-head norms of q and k: one more. A Q8_0 cache saves as
   // many (its writes quantize k's rope as it is computed: llama's adjacent pairs, qwen3's halves).
   // The rope in the q/k/v launch (llama-draft-Q4_K_M's layer 1 has a Q6_K v: in the tails of
-  // q and k's launch and of v's); qwen2 and qwen3 rotate halves; float weights read the norm's
-  // output, which the planner may give to the ropes (F16: no layer).
+  // q and k's launch and of v's), with llama's adjacent rotary pairs or qwen2's rotated halves
+  // (its q/k/v biases are part of the products), and qwen3's head norms before it (two launches
+  // a layer saved: the norms' and the ropes'); float weights read the norm's output, which the
+  // planner may give to the ropes (F16: no layer).
   for (const Case& tc :
        {Case{"gguf/llama-draft-Q4_K_M.gguf", 17, 2}, Case{"gguf/llama-draft-Q8_0.gguf", 17, 2},
         Case{"gguf/llama-draft-Q4_K_M.gguf", 17, 0, DType::Q8_0}, Case{"gguf/llama-draft-f16.gguf", 10, 0},
-        Case{"gguf/qwen2-tiny-f16.gguf", 10, 0}, Case{"gguf/qwen3-tiny-f16.gguf", 11, 0, DType::Q8_0}}) {
-    const LoadedModel& l = load_model(tc.model);
-    FusedPair p{std::string(tc.model) + (tc.kv_type == DType::Q8_0 ? " (Q8_0 cache)" : ""),
+        Case{"gguf/qwen2-tiny-f16.gguf", 10, 0}, Case{"gguf/qwen2-tiny-f16.gguf", 17, 2, DType::F16, "Q4_K_M"},
+        Case{"gguf/qwen3-tiny-f16.gguf", 11, 0, DType::Q8_0},
+        Case{"gguf/qwen3-tiny-f16.gguf", 18, 4, DType::F16, "Q8_0"}}) {
+    const LoadedModel& l = tc.quantized != nullptr ? load_quantized(tc.model, tc.quantized) : load_model(tc.model);
+    FusedPair p{std::string(tc.model) + (tc.quantized != nullptr ? std::string(" as ") + tc.quantized : "") +
+                    (tc.kv_type == DType::Q8_0 ? " (Q8_0 cache)" : ""),
                 make_device_ctx(l, "cuda", 256, 2, tc.kv_type), make_device_ctx(l, "cuda", 256, 2, tc.kv_type)};
     EncodeOptions eo;
     // A 20-token prompt (9+ columns: the int8 tensor-core matmul shares its activations too), then
@@ -332,7 +338,7 @@ TEST_CASE("cuda: fused launches give the unfused logits bit for bit, in fewer la
       if (step == 0 || step == 3) {
         MESSAGE(p.model, ": a decode step of ", batch.size(), " sequence(s): ", f, " launches fused, ", u, " unfused");
         const int64_t saved = tc.saved_per_layer - (batch.size() > cuda::kMaxNormTailCols ? 1 : 0);
-        const int64_t rope = batch.size() > cuda::kMaxRopeTailCols ? 0 : tc.rope_layers;
+        const int64_t rope = batch.size() > cuda::kMaxRopeTailCols ? 0 : tc.rope_saved;
         CHECK(u - f >= static_cast<uint64_t>(saved * l.model->hparams().n_layer + rope));
       }
 #endif

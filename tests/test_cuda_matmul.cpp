@@ -260,34 +260,61 @@ TEST_CASE("cuda: the q/k/v mat-vec launch ropes q and k and writes the caches wi
   auto cpu = create_backend("cpu");
   REQUIRE(cpu.ok());
   const ScopedEnv op_by_op("KITE_CUDA_GRAPHS", "0");
-  // A llama layer's q, k, v = Wq·x, Wk·x, Wv·x, rope(q) and rope(k) with adjacent rotary pairs,
-  // k and v written to slots of float caches, built in the model's order (src/model/model.cpp):
-  // for one column the q/k/v launch's blocks rope their own rows and write the caches
-  // (MatVecJob::with_rope). Heads of 64 with every dimension or half of them rotated (the rest
-  // copied), 4 query and 2 key/value heads, no scaling, llama3's and yarn's, F16, BF16 and F32
-  // caches, int8 and F16 weights, v's of another type (q and k's launch, then v's: each with its
-  // share of the tail); two columns take the rope's own launch.
-  const int64_t k = 256, hd = 64, n_head = 4, n_kv = 2, n_slots = 8;
+  // A layer's q, k, v = Wq·x (+ bq), Wk·x (+ bk), Wv·x (+ bv), (per-head rms_norms of q and k,)
+  // rope(q) and rope(k), k and v written to slots of float caches, built in the model's order
+  // (src/model/model.cpp): for one column the q/k/v launch's blocks rope their own rows and
+  // write the caches (MatVecJob::with_rope), or with the head norms each head's last block
+  // normalizes and ropes it. Heads of 64 with every dimension or half of them rotated (the rest
+  // copied), adjacent rotary pairs (llama) or rotated halves (qwen2, with its biases; qwen3, with
+  // its head norms), 4 query and 2 key/value heads, no scaling, llama3's and yarn's, F16, BF16
+  // and F32 caches, int8 and F16 weights, v's of another type (q and k's launch, then v's: each
+  // with its share of the tail); two columns take the rope's own launch, and twelve the int8
+  // tensor-core matmul (its bias in a launch of its own).
+  const int64_t k = 256, hd = 64, n_head = 4, n_kv = 2, n_slots = 16;
   struct Case {
     DType w, wv, cache;
     int n_rot;
     RopeScaling scaling;
     int64_t n;
+    RopeMode mode = RopeMode::kNorm;
+    bool bias = false;
+    bool head_norm = false;
   };
+  constexpr RopeMode kNorm = RopeMode::kNorm, kNeox = RopeMode::kNeox;
   uint32_t seed = 9700;
   for (const Case& c : {Case{DType::Q4_K, DType::Q4_K, DType::F16, 64, RopeScaling::kNone, 1},
                         Case{DType::Q8_0, DType::Q8_0, DType::BF16, 32, RopeScaling::kLlama3, 1},
                         Case{DType::Q4_0, DType::Q4_0, DType::F32, 64, RopeScaling::kYarn, 1},
                         Case{DType::F16, DType::F16, DType::F16, 32, RopeScaling::kNone, 1},
                         Case{DType::Q4_K, DType::Q6_K, DType::F16, 32, RopeScaling::kNone, 1},
-                        Case{DType::Q8_0, DType::Q8_0, DType::F16, 64, RopeScaling::kNone, 2}}) {
+                        Case{DType::Q8_0, DType::Q8_0, DType::F16, 64, RopeScaling::kNone, 2},
+                        Case{DType::Q8_0, DType::Q8_0, DType::F16, 64, RopeScaling::kNone, 1, kNeox, true},
+                        Case{DType::Q4_K, DType::Q6_K, DType::BF16, 32, RopeScaling::kYarn, 1, kNeox, true},
+                        Case{DType::Q4_0, DType::Q4_0, DType::F32, 64, RopeScaling::kNone, 1, kNeox},
+                        Case{DType::F16, DType::F16, DType::F16, 64, RopeScaling::kNone, 1, kNeox, true},
+                        Case{DType::Q8_0, DType::Q8_0, DType::F16, 64, RopeScaling::kNone, 2, kNeox, true},
+                        Case{DType::Q4_K, DType::Q4_K, DType::F16, 64, RopeScaling::kNone, 12, kNeox, true},
+                        Case{DType::Q8_0, DType::Q8_0, DType::F16, 64, RopeScaling::kNone, 1, kNeox, false, true},
+                        Case{DType::Q4_K, DType::Q6_K, DType::BF16, 32, RopeScaling::kYarn, 1, kNeox, false, true},
+                        Case{DType::F16, DType::F16, DType::F32, 64, RopeScaling::kNone, 1, kNorm, false, true},
+                        Case{DType::Q8_0, DType::Q8_0, DType::F16, 64, RopeScaling::kNone, 2, kNeox, false, true}}) {
     const std::vector<uint8_t> wq = encode(c.w, randn(static_cast<size_t>(k * hd * n_head), seed++), hd * n_head, k);
     const std::vector<uint8_t> wk = encode(c.w, randn(static_cast<size_t>(k * hd * n_kv), seed++), hd * n_kv, k);
     const std::vector<uint8_t> wv = encode(c.wv, randn(static_cast<size_t>(k * hd * n_kv), seed++), hd * n_kv, k);
+    const std::vector<float> bq = randn(static_cast<size_t>(hd * n_head), seed++);
+    const std::vector<float> bk = randn(static_cast<size_t>(hd * n_kv), seed++);
+    const std::vector<float> bv = randn(static_cast<size_t>(hd * n_kv), seed++);
+    std::vector<float> qn = randn(static_cast<size_t>(hd), seed++), kn = randn(static_cast<size_t>(hd), seed++);
+    for (float& w : qn) w = 1.f + 0.25f * w;
+    for (float& w : kn) w = 1.f + 0.25f * w;
     const std::vector<float> xf = randn(static_cast<size_t>(k * c.n), seed++);
-    const std::vector<int32_t> pos = {300, 301}, slots = {5, 2};
+    std::vector<int32_t> pos, slots;
+    for (int64_t i = 0; i < c.n; ++i) {
+      pos.push_back(static_cast<int32_t>(300 + i));
+      slots.push_back(static_cast<int32_t>((5 + 7 * i) % n_slots));
+    }
     RopeParams rp;
-    rp.mode = RopeMode::kNorm;
+    rp.mode = c.mode;
     rp.n_rot = c.n_rot;
     rp.scaling = c.scaling;
     rp.factor = 4.f;
@@ -298,16 +325,25 @@ TEST_CASE("cuda: the q/k/v mat-vec launch ropes q and k and writes the caches wi
       Tensor* wqt = g.input(c.w, {k, hd * n_head}, "wq");
       Tensor* wkt = g.input(c.w, {k, hd * n_kv}, "wk");
       Tensor* wvt = g.input(c.wv, {k, hd * n_kv}, "wv");
+      Tensor* bqt = g.input(DType::F32, {hd * n_head}, "bq");
+      Tensor* bkt = g.input(DType::F32, {hd * n_kv}, "bk");
+      Tensor* bvt = g.input(DType::F32, {hd * n_kv}, "bv");
+      Tensor* qnt = g.input(DType::F32, {hd}, "q_norm");
+      Tensor* knt = g.input(DType::F32, {hd}, "k_norm");
       Tensor* x = g.input(DType::F32, {k, c.n}, "x");
       Tensor* pt = g.input(DType::I32, {c.n}, "pos");
       Tensor* st = g.input(DType::I32, {c.n}, "slots");
       Tensor* kc = g.input(c.cache, {hd * n_kv, n_slots}, "cache_k");
       Tensor* vc = g.input(c.cache, {hd * n_kv, n_slots}, "cache_v");
-      Tensor* q = g.mul_mat(wqt, x);
-      Tensor* kk = g.mul_mat(wkt, x);
-      Tensor* v = g.mul_mat(wvt, x);
+      Tensor* q = g.mul_mat(wqt, x, c.bias ? bqt : nullptr);
+      Tensor* kk = g.mul_mat(wkt, x, c.bias ? bkt : nullptr);
+      Tensor* v = g.mul_mat(wvt, x, c.bias ? bvt : nullptr);
       q = g.reshape(q, {hd, n_head, c.n});
       kk = g.reshape(kk, {hd, n_kv, c.n});
+      if (c.head_norm) {
+        q = g.rms_norm(q, qnt, 1e-6f);
+        kk = g.rms_norm(kk, knt, 1e-6f);
+      }
       q = g.rope(q, pt, rp);
       kk = g.rope(kk, pt, rp);
       Tensor* kw = g.kv_write(kc, g.reshape(kk, {hd * n_kv, c.n}), st);
@@ -318,11 +354,11 @@ TEST_CASE("cuda: the q/k/v mat-vec launch ropes q and k and writes the caches wi
       REQUIRE(buf.ok());
       plan.place(g, static_cast<uint8_t*>((*buf)->base()));
       const std::vector<uint8_t> empty(kc->nbytes(), 0);
-      for (const Input& in : std::vector<Input>{{wqt, wq}, {wkt, wk}, {wvt, wv}, {x, bytes_of(xf)},
-                                                {pt, bytes_of_i32(std::vector<int32_t>(pos.begin(), pos.begin() + c.n))},
-                                                {st, bytes_of_i32(std::vector<int32_t>(slots.begin(), slots.begin() + c.n))},
-                                                {kc, empty}, {vc, empty}})
-        REQUIRE(be.upload(*in.t, in.bytes.data(), in.bytes.size()).ok());
+      std::vector<Input> inputs = {{wqt, wq}, {wkt, wk}, {wvt, wv}, {x, bytes_of(xf)}, {pt, bytes_of_i32(pos)},
+                                   {st, bytes_of_i32(slots)}, {kc, empty}, {vc, empty}};
+      if (c.bias) inputs.insert(inputs.end(), {{bqt, bytes_of(bq)}, {bkt, bytes_of(bk)}, {bvt, bytes_of(bv)}});
+      if (c.head_norm) inputs.insert(inputs.end(), {{qnt, bytes_of(qn)}, {knt, bytes_of(kn)}});
+      for (const Input& in : inputs) REQUIRE(be.upload(*in.t, in.bytes.data(), in.bytes.size()).ok());
       REQUIRE(be.compute(g.nodes()).ok());
       REQUIRE(be.synchronize().ok());
       std::vector<float> all;
@@ -335,7 +371,8 @@ TEST_CASE("cuda: the q/k/v mat-vec launch ropes q and k and writes the caches wi
       return all;
     };
     INFO(quant::find_traits(c.w)->name, " v ", quant::find_traits(c.wv)->name, " cache ", quant::find_traits(c.cache)->name, " n_rot=", c.n_rot,
-         " scaling=", static_cast<int>(c.scaling), " n=", c.n);
+         " scaling=", static_cast<int>(c.scaling), " n=", c.n, " mode=", static_cast<int>(c.mode), " bias=", c.bias,
+         " head_norm=", c.head_norm);
     // The rope tail, the rope's own launch (KITE_CUDA_ROPE_TAIL=0) and one launch per op.
     std::vector<float> got[3];
     uint64_t launches[3] = {};
@@ -354,7 +391,8 @@ TEST_CASE("cuda: the q/k/v mat-vec launch ropes q and k and writes the caches wi
     CHECK(got[0] == got[2]);
     CHECK(nmse(got[0], to_double(run(**cpu))) < 1e-4);
 #ifdef KITE_CUDA_EMU
-    CHECK(launches[1] - launches[0] == (c.n <= cuda::kMaxRopeTailCols ? 1u : 0u));
+    // (With the head norms the tail saves their launch too.)
+    CHECK(launches[1] - launches[0] == (c.n <= cuda::kMaxRopeTailCols ? (c.head_norm ? 2u : 1u) : 0u));
 #endif
     (void)launches;
   }

@@ -488,7 +488,10 @@ void op_mul_mat_reference(Tensor* dst, const KernelCtx& c) {
   }
 }
 
-void op_mul_mat(Tensor* dst, const KernelCtx& c) {
+namespace {
+
+// w · x into dst (op_mul_mat without the bias).
+void mul_mat_product(Tensor* dst, const KernelCtx& c) {
   const Tensor* w = dst->src[0];
   const Tensor* x = dst->src[1];
   const MatmulKernels* mk = kernels_for(active_simd_level());
@@ -582,6 +585,22 @@ void op_mul_mat(Tensor* dst, const KernelCtx& c) {
       }
     }
     ch = next;
+  }
+}
+
+}  // namespace
+
+void op_mul_mat(Tensor* dst, const KernelCtx& c) {
+  mul_mat_product(dst, c);
+  const Tensor* bias = dst->src[2];
+  if (bias == nullptr) return;
+  c.barrier->wait();  // (every thread's products, before their columns get the bias)
+  const auto* b = static_cast<const float*>(bias->data);
+  int64_t begin, end;
+  split(dst->n_rows(), c, &begin, &end);
+  for (int64_t j = begin; j < end; ++j) {
+    auto* y = reinterpret_cast<float*>(dst->row_ptr(j));
+    for (int64_t i = 0; i < dst->ne[0]; ++i) y[i] += b[i];
   }
 }
 

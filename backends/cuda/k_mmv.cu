@@ -56,11 +56,20 @@ __device__ __forceinline__ void mmv_float_dot(int type, const uint8_t* wr, int64
 }
 
 template <int NC, bool GLU, int TAIL>
-__global__ void __launch_bounds__(kMatVecWarps * 32)
-    mmv_float_kernel(MatVecGrid g, int type, int64_t k, const float* x, size_t ldx) {
+__device__ __forceinline__ void mmv_float_body(const MatVecGrid& g, int type, int64_t k, const float* x, size_t ldx) {
   matvec_body<NC, GLU, TAIL, false>(g, [&](const uint8_t* wr, int lane, float (&acc)[NC]) {
     mmv_float_dot<NC>(type, wr, k, x, ldx, lane, acc);
   });
+}
+template <int NC, bool GLU, int TAIL>
+__global__ void __launch_bounds__(kMatVecWarps * 32)
+    mmv_float_kernel(MatVecGrid g, int type, int64_t k, const float* x, size_t ldx) {
+  mmv_float_body<NC, GLU, TAIL>(g, type, k, x, ldx);
+}
+template <int NC>  // (the head norms' tail: kHeadNormMinBlocks)
+__global__ void __launch_bounds__(kMatVecWarps * 32, kHeadNormMinBlocks)
+    mmv_float_head_norm_kernel(MatVecGrid g, int type, int64_t k, const float* x, size_t ldx) {
+  mmv_float_body<NC, false, kTailHeadNormRope>(g, type, k, x, ldx);
 }
 
 __global__ void f32_to_f16_kernel(const float* x, size_t ldx, int64_t k, int64_t n, __half* dst) {
@@ -102,7 +111,9 @@ cudaError_t launch_mmv_float(int type, const MatVecJob& job, int64_t k, const fl
   return matvec_dispatch(
       n, job.glu != nullptr, matvec_tail(job),
       [](auto nc, auto glu, auto tail) {
-        return mmv_float_kernel<decltype(nc)::value, decltype(glu)::value, decltype(tail)::value>;
+        constexpr int kNc = decltype(nc)::value;
+        if constexpr (decltype(tail)::value == kTailHeadNormRope) return mmv_float_head_norm_kernel<kNc>;
+        else return mmv_float_kernel<kNc, decltype(glu)::value, decltype(tail)::value>;
       },
       [&](auto mmv) { KITE_KERNEL(g.blocks, kMatVecWarps * 32, 0, s, mmv)(g, type, k, x, ldx); });
 }

@@ -134,11 +134,15 @@ cudaError_t launch_rms_norm_quantize(float* dst, Rows a, const float* w, float e
 // to finish also writes rms_norm of the sum's columns (launch_rms_norm's bits; norm: dense
 // [m, n]), and with norm_q its int8 activations (launch_rms_norm_quantize's): a layer's residual
 // add, then the next block's norm. norm_count: one zeroed counter (left zeroed).
+// With out[j].bias set (no glu), what output j stores (and its epilogue reads) is its product
+// plus bias[i], with the add op's formula (qwen2's q, k and v biases).
 // With `with_rope` set (a layer's q, k and v from rope.first on as the outputs: all three, q and
-// k, or v alone; kMaxRopeTailCols column, every m a multiple of 4, rope mode 0, float caches)
-// each block also ropes its own rows of q and k and writes k's and v's rows to the caches, as
-// launch_rope_kv(rope.q, rope.k, rope.kc, rope.vc) would after the launch (its bits): llama's
-// adjacent rotary pairs fall in one block's rows.
+// k, or v alone; kMaxRopeTailCols column, every m a multiple of 4, float caches) each block also
+// ropes its own rows of q and k and writes k's and v's rows to the caches, as
+// launch_rope_kv(rope.q, rope.k, rope.kc, rope.vc) would after the launch (its bits). llama's
+// adjacent rotary pairs fall in one block's rows; with rotated halves (mode 2, n_rot a multiple
+// of 4) a block's four rows of q or k are two pairs, rows e, e + 1, e + n_rot / 2 and
+// e + 1 + n_rot / 2 of a head (matvec_rope_row).
 inline constexpr int kMaxMatVecOuts = 3;
 struct MatVecOut {
   const void* w = nullptr;
@@ -146,12 +150,20 @@ struct MatVecOut {
   int64_t m = 0;
   float* dst = nullptr;
   int64_t ldd = 0;
+  const float* bias = nullptr;  // F32 [m], or null
 };
 struct MatVecRope {
   enum Role { kQ = 0, kK = 1, kV = 2 };
   int first = kQ;        // the role of out[0]; out[j] is role first + j
-  RopeArgs q, k;         // src: q's and k's outputs as [hd, n_head, n_tok]
+  RopeArgs q, k;         // src: q's and k's outputs as [hd, n_head, n_tok] (or their head norms)
   RowConversion kc, vc;  // kc: k's rope output to its cache; vc: v's output to its cache
+  // qwen3: q and k normalized per head before their ropes (launch_rms_norm_pair(qn, kn)'s bits;
+  // src: the outputs as rows of hd, dst: the ropes' sources; hd a multiple of 4, below 1024). A
+  // head's last block to finish normalizes, ropes and writes it. head_count: q's n_head, then
+  // k's, zeroed counters (left zeroed).
+  bool head_norm = false;
+  NormArgs qn, kn;
+  unsigned* head_count = nullptr;
 };
 inline constexpr int kMaxRopeTailCols = 1;
 struct MatVecJob {

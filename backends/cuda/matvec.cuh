@@ -18,8 +18,14 @@ namespace kite::cuda {
 inline constexpr int kMatVecWarps = 4;  // rows per block
 
 // What a launch computes after its rows (matvec_body's TAIL): nothing more, the residual sum's
-// norm (MatVecJob::norm) or the ropes and cache writes of q, k and v (MatVecJob::with_rope).
-enum MatVecTail { kTailNone = 0, kTailNorm = 1, kTailRope = 2 };
+// norm (MatVecJob::norm), the ropes and cache writes of q, k and v (MatVecJob::with_rope), or
+// those after qwen3's per-head norms of q and k (MatVecRope::head_norm).
+enum MatVecTail { kTailNone = 0, kTailNorm = 1, kTailRope = 2, kTailHeadNormRope = 3 };
+// Blocks an SM must hold of a kTailHeadNormRope kernel (its __launch_bounds__ minimum, where the
+// others give none: a minimum of 1 lets ptxas take far more registers than no minimum does):
+// its tail alone would take 80 registers a thread, 6 blocks an SM, and the streaming of the
+// weight rows wants the warps.
+inline constexpr int kHeadNormMinBlocks = 8;
 
 // A MatVecJob as its kernel reads it: output j owns blocks first_block[j] .. first_block[j + 1] - 1.
 // With GLU every block belongs to output 0, and its warps take a row of both gate and up.
@@ -66,13 +72,14 @@ __device__ __forceinline__ MatVecOut matvec_out(const MatVecGrid& g, unsigned b,
 }
 
 // Sums each lane's partial dots of `row` (acc; with GLU also up's, of out[1]'s row) over the warp
-// and stores them, with the job's epilogue (the glu product, or the residual sum).
+// and stores them (plus the bias, without GLU), with the job's epilogue (the glu product, or the
+// residual sum).
 template <int NC, bool GLU>
 __device__ __forceinline__ void matvec_store(const MatVecGrid& g, const MatVecOut& o, int64_t row, int lane,
                                              const float (&acc)[NC], const float (&up)[NC]) {
 #pragma unroll
   for (int c = 0; c < NC; ++c) {
-    const float v = warp_sum(acc[c]);
+    float v = warp_sum(acc[c]);
     KITE_ASSUME_GLOBAL(o.dst);
     if (GLU) {
       const float u = warp_sum(up[c]);
@@ -84,6 +91,10 @@ __device__ __forceinline__ void matvec_store(const MatVecGrid& g, const MatVecOu
         g.job.glu[c * g.job.glu_ldd + row] = silu_mul(v, u);
       }
     } else if (lane == 0) {
+      if (o.bias != nullptr) {  // (the add op's formula)
+        KITE_ASSUME_GLOBAL(o.bias);
+        v = v + o.bias[row];
+      }
       o.dst[c * o.ldd + row] = v;
       if (g.job.sum != nullptr) {
         KITE_ASSUME_GLOBAL(g.job.add);
@@ -167,11 +178,66 @@ __device__ __forceinline__ void matvec_sum_norm(const MatVecGrid& g, int warp, i
   }
 }
 
+// The row that warp-row `row` (block * kMatVecWarps + warp) of out[j] computes in a launch with
+// the rope tail (not the head norms'): itself, except in q or k with rotated halves (mode 2), where each block's four
+// rows within n_rot are two rotary pairs, e, e + 1, e + half and e + 1 + half of their head
+// (n_rot and hd multiples of 4, so that a block's rows stay in one head; a bijection on the rows).
+__device__ __forceinline__ int64_t matvec_rope_row(const MatVecGrid& g, int j, int64_t row) {
+  static_assert(kMatVecWarps == 4, "a block's rows: two rotary pairs");
+  const MatVecRope& r = g.job.rope;
+  const int role = r.first + j;
+  if (role == MatVecRope::kV) return row;
+  const int64_t hd = role == MatVecRope::kQ ? r.q.hd : r.k.hd;
+  const int64_t n_rot = role == MatVecRope::kQ ? r.q.n_rot : r.k.n_rot;
+  const int mode = role == MatVecRope::kQ ? r.q.mode : r.k.mode;
+  const int64_t i = row % hd;
+  if (mode == 0 || i >= n_rot) return row;
+  const int64_t w = i % 4;
+  return row - i + (i - w) / 2 + (w & 1) + (w >= 2 ? n_rot / 2 : 0);
+}
+
+// The rope tail after qwen3's per-head norms (MatVecRope::head_norm), one column: a block of
+// q or k (its rows lie in one head) counts itself in on its head's counter, and the head's last
+// block normalizes the head in rms_scale's order, reading the other blocks' rows from L2, then
+// ropes it and (k) writes it to the cache with rope_kv_kernel's items; each row of v is
+// converted into its cache by its own warp.
+__device__ __forceinline__ void matvec_head_norm_tail(const MatVecGrid& g, int role, int64_t row, int lane) {
+  const MatVecRope& r = g.job.rope;
+  if (role == MatVecRope::kV) {
+    if (lane == 0) convert_float_item(r.vc, row);
+    return;
+  }
+  KITE_SHARED(last, int);
+  const int64_t hd = role == MatVecRope::kQ ? r.q.hd : r.k.hd, h = row / hd;
+  if (lane == 0) __threadfence();  // this warp's row, before the block counts itself in
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    unsigned* count = r.head_count + (role == MatVecRope::kK ? r.q.n_head : 0) + h;
+    KITE_ASSUME_GLOBAL(count);
+    last = atomicAdd(count, 1u) == hd / kMatVecWarps - 1;
+    if (last) *count = 0;  // (for the next launch)
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  auto head = [h](const NormArgs& n, const RopeArgs& a, const RowConversion* cache) {
+    const auto* x = reinterpret_cast<const float*>(row_ptr(n.src, h));
+    auto* y = reinterpret_cast<float*>(row_ptr(n.dst, h));
+    const float s = rms_scale<2, true>(x, n.ne0, n.eps);  // (256 virtual threads at most: hd < 1024)
+    for (int64_t i = threadIdx.x; i < n.ne0; i += blockDim.x) y[i] = rms_normed(__ldcg(x + i), n.w, s, i);
+    __syncthreads();  // (the head's norm, before its ropes read it)
+    const int64_t per_head = a.hd - a.n_rot / 2;
+    for (int64_t e = threadIdx.x; e < per_head; e += blockDim.x) rope_item(a, h * per_head + e, cache);
+  };
+  if (role == MatVecRope::kQ) head(r.qn, r.q, nullptr);
+  else head(r.kn, r.k, &r.kc);
+}
+
 // The ropes of q and k and the cache writes of k and v (MatVecJob::with_rope), after this block's
 // warps stored their rows of out[j] (q, k or v by MatVecRope::first): as rope_kv_kernel's items,
-// which read those rows back. Lane 0 of an even row's warp ropes the row's rotary pair with the
-// next row (mode 0: adjacent, and in this block), a row past n_rot is copied, a row of v is
-// converted into its cache.
+// which read those rows back. Lane 0 of the warp of a rotary pair's first row ropes it with its
+// second (mode 0: the next row; mode 2: n_rot / 2 rows on, in this block by matvec_rope_row), a
+// row past n_rot is copied, a row of v is converted into its cache.
 // Every warp of the block calls it (each m a multiple of kMatVecWarps: no warp's row is past m).
 template <int NC>
 __device__ __forceinline__ void matvec_rope_tail(const MatVecGrid& g, int j, int64_t row, int lane) {
@@ -182,8 +248,12 @@ __device__ __forceinline__ void matvec_rope_tail(const MatVecGrid& g, int j, int
   // rope_kv_kernel's item of row `row` of token c in a (none for the second of a pair).
   auto item = [row](const RopeArgs& a, int c, int64_t* idx) {
     const int64_t h = row / a.hd, i = row % a.hd, half = a.n_rot / 2;
-    if (i < a.n_rot && i % 2 != 0) return false;
-    *idx = (c * a.n_head + h) * (a.hd - half) + (i < a.n_rot ? i / 2 : half + (i - a.n_rot));
+    int64_t e = half + (i - a.n_rot);  // (past n_rot)
+    if (i < a.n_rot) {
+      if (a.mode == 0 ? i % 2 != 0 : i >= half) return false;
+      e = a.mode == 0 ? i / 2 : i;
+    }
+    *idx = (c * a.n_head + h) * (a.hd - half) + e;
     return true;
   };
 #pragma unroll
@@ -235,6 +305,7 @@ __device__ __forceinline__ void matvec_body(const MatVecGrid& g, Dot dot) {
   int64_t row;
   int j;
   const MatVecOut o = matvec_out(g, blockIdx.x, warp, &row, &j);
+  if constexpr (TAIL == kTailRope) row = matvec_rope_row(g, j, row);
   matvec_prefetch<GLU>(g, o, row, lane);
   if constexpr (TAIL == kTailNorm) matvec_norm_prefetch(g);
   KITE_GRID_DEPENDENCY();
@@ -253,11 +324,14 @@ __device__ __forceinline__ void matvec_body(const MatVecGrid& g, Dot dot) {
   }
   if constexpr (TAIL == kTailNorm) matvec_sum_norm<NC>(g, warp, lane);
   if constexpr (TAIL == kTailRope) matvec_rope_tail<NC>(g, j, row, lane);
+  if constexpr (TAIL == kTailHeadNormRope) matvec_head_norm_tail(g, g.job.rope.first + j, row, lane);
 }
 
 // The tail a job asks for.
 inline MatVecTail matvec_tail(const MatVecJob& job) {
-  return job.norm != nullptr ? kTailNorm : job.with_rope ? kTailRope : kTailNone;
+  if (job.norm != nullptr) return kTailNorm;
+  if (!job.with_rope) return kTailNone;
+  return job.rope.head_norm ? kTailHeadNormRope : kTailRope;
 }
 
 // Launches kernel<NC, GLU, TAIL> for n = 1..kMaxMmvCols columns: pick(integral_constant<int, NC>,
@@ -277,7 +351,8 @@ cudaError_t matvec_dispatch(int n, bool glu, MatVecTail tail, Pick pick, Launch 
     } else if (tail == kTailNorm) {
       if constexpr (kNc <= kMaxNormTailCols) launch(pick(nc, No{}, std::integral_constant<int, kTailNorm>{}));
     } else if constexpr (kNc <= kMaxRopeTailCols) {
-      launch(pick(nc, No{}, std::integral_constant<int, kTailRope>{}));
+      if (tail == kTailRope) launch(pick(nc, No{}, std::integral_constant<int, kTailRope>{}));
+      else launch(pick(nc, No{}, std::integral_constant<int, kTailHeadNormRope>{}));
     }
   };
   switch (n) {
@@ -300,9 +375,18 @@ inline bool matvec_rope_ok(const MatVecJob& job, int n) {
   if (job.glu != nullptr || job.sum != nullptr || n > kMaxRopeTailCols || r.first < MatVecRope::kQ ||
       r.first + job.n_out > MatVecRope::kV + 1)
     return false;
-  auto rope_ok = [n](const RopeArgs& a, int64_t m) {
-    return a.mode == 0 && a.hd % 2 == 0 && a.n_rot % 2 == 0 && a.n_rot <= a.hd && a.n_tok == n && a.hd * a.n_head == m;
+  // Rotary pairs in a block: n_rot and hd even (adjacent pairs), or multiples of 4 (rotated
+  // halves: matvec_rope_row); with head norms hd a multiple of 4 (a block's rows in one head).
+  auto rope_ok = [&](const RopeArgs& a, int64_t m) {
+    const int64_t rot_align = a.mode != 0 && !r.head_norm ? kMatVecWarps : 2;
+    const int64_t hd_align = a.mode != 0 || r.head_norm ? kMatVecWarps : 2;
+    return a.hd % hd_align == 0 && a.n_rot % rot_align == 0 && a.n_rot <= a.hd && a.n_tok == n &&
+           a.hd * a.n_head == m;
   };
+  auto norm_ok = [&](const NormArgs& h, const RopeArgs& a) {
+    return !r.head_norm || (h.ne0 == a.hd && h.n_rows == a.n_head * n && a.hd < 1024 && r.head_count != nullptr);
+  };
+  if (!norm_ok(r.qn, r.q) || !norm_ok(r.kn, r.k)) return false;
   for (int j = 0; j < job.n_out; ++j) {
     const int64_t m = job.out[j].m;
     if (m % kMatVecWarps != 0) return false;
@@ -320,12 +404,14 @@ inline bool matvec_rope_ok(const MatVecJob& job, int n) {
   return true;
 }
 
-// Whether a job of n columns is well formed: 1..kMaxMatVecOuts outputs; GLU: two of equal m; a
-// sum: one; its norm: kMaxNormTailCols columns at most, whole 32-row blocks; the rope tail:
+// Whether a job of n columns is well formed: 1..kMaxMatVecOuts outputs; GLU: two of equal m,
+// without biases; a sum: one; its norm: kMaxNormTailCols columns at most, whole 32-row blocks; the rope tail:
 // matvec_rope_ok.
 inline bool matvec_job_ok(const MatVecJob& job, int n) {
   if (job.n_out < 1 || job.n_out > kMaxMatVecOuts) return false;
-  if (job.glu != nullptr && (job.n_out != 2 || job.out[0].m != job.out[1].m)) return false;
+  if (job.glu != nullptr && (job.n_out != 2 || job.out[0].m != job.out[1].m || job.out[0].bias != nullptr ||
+                             job.out[1].bias != nullptr))
+    return false;
   if (job.sum != nullptr && (job.n_out != 1 || job.glu != nullptr || job.add == nullptr)) return false;
   if (job.norm != nullptr && (job.sum == nullptr || n > kMaxNormTailCols || job.out[0].m % 32 != 0 ||
                               job.norm_count == nullptr ||

@@ -40,11 +40,20 @@ __device__ __forceinline__ void mmvq_dot(const uint8_t* wr, int n_units, const i
 }
 
 template <int T, int NC, bool GLU, int TAIL>
-__global__ void __launch_bounds__(kMatVecWarps * 32)
-    mmvq_kernel(MatVecGrid g, int n_units, const int8_t* q, const float4* ds) {
+__device__ __forceinline__ void mmvq_body(const MatVecGrid& g, int n_units, const int8_t* q, const float4* ds) {
   matvec_body<NC, GLU, TAIL, true>(g, [&](const uint8_t* wr, int lane, float (&acc)[NC]) {
     mmvq_dot<T, NC>(wr, n_units, q, ds, lane, acc);
   });
+}
+template <int T, int NC, bool GLU, int TAIL>
+__global__ void __launch_bounds__(kMatVecWarps * 32)
+    mmvq_kernel(MatVecGrid g, int n_units, const int8_t* q, const float4* ds) {
+  mmvq_body<T, NC, GLU, TAIL>(g, n_units, q, ds);
+}
+template <int T, int NC>  // (the head norms' tail: kHeadNormMinBlocks)
+__global__ void __launch_bounds__(kMatVecWarps * 32, kHeadNormMinBlocks)
+    mmvq_head_norm_kernel(MatVecGrid g, int n_units, const int8_t* q, const float4* ds) {
+  mmvq_body<T, NC, false, kTailHeadNormRope>(g, n_units, q, ds);
 }
 
 template <int T>
@@ -55,7 +64,9 @@ cudaError_t launch_mmvq_t(const MatVecJob& job, int64_t k, const int8_t* q, cons
   return matvec_dispatch(
       n, job.glu != nullptr, matvec_tail(job),
       [](auto nc, auto glu, auto tail) {
-        return mmvq_kernel<T, decltype(nc)::value, decltype(glu)::value, decltype(tail)::value>;
+        constexpr int kNc = decltype(nc)::value;
+        if constexpr (decltype(tail)::value == kTailHeadNormRope) return mmvq_head_norm_kernel<T, kNc>;
+        else return mmvq_kernel<T, kNc, decltype(glu)::value, decltype(tail)::value>;
       },
       [&](auto mmvq) { KITE_KERNEL(g.blocks, kMatVecWarps * 32, 0, s, mmvq)(g, n_units, q, d4); });
 }

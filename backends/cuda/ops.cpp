@@ -150,23 +150,8 @@ Result<unsigned*> zeroed_counters(Device& dev, OpScratch& sc, int64_t n) {
   return static_cast<unsigned*>(p);
 }
 
-// The rms_norm of a residual add epilogue, computed by the same launch (MatVecJob::norm), and
-// whether it also writes the norm's int8 activations (an int8 matmul of it follows).
-struct NormTail {
-  Tensor* norm = nullptr;
-  bool int8 = false;
-};
-
-// One matmul, or (mat-vec shapes only) several weights against the same activations in one
-// launch; the same launch may also compute `epilogue`: the swiglu of a gate/up pair, or the add
-// of one matmul's result to a residual (MatVecJob), and then that sum's rms_norm (`tail`). With
-// `int8_epilogue` (a swiglu epilogue of int8 weights, m % 32 == 0) it also writes the swiglu
-// output's int8 activations, for the down projection after it. With `rope` (of a layer's q, k
-// and v, the group's from rope->first on; one column) it also ropes q and k and writes k and v
-// to the caches.
-Status mul_mat(Device& dev, OpScratch& sc, std::span<Tensor* const> group, Tensor* epilogue = nullptr,
-               bool int8_epilogue = false, NormTail tail = {}, const MatVecRope* rope = nullptr) {
-  Tensor* n = group[0];
+// A matmul of more than kMaxMmvCols columns (mul_mat) without its bias: launch_mmq, or cuBLAS.
+Status mul_mat_matrix(Device& dev, OpScratch& sc, Tensor* n, const Activations& act) {
   const Tensor* w = n->src[0];
   const Tensor* x = n->src[1];
   const int64_t k = w->ne[0], m = w->ne[1], cols = x->n_rows();
@@ -176,76 +161,8 @@ Status mul_mat(Device& dev, OpScratch& sc, std::span<Tensor* const> group, Tenso
   auto* dst = reinterpret_cast<float*>(dp);
   const int64_t ldd = static_cast<int64_t>(n->nb[1] / sizeof(float));
   const size_t w_row = w->nb[1];
-  KITE_ASSIGN_OR_RETURN(const Activations act, activations(dev, sc, x));
   const float* xf = act.x;
   const size_t ldx = act.ldx;
-
-  if (cols <= kMaxMmvCols) {
-    MatVecJob job;
-    job.n_out = static_cast<int>(group.size());
-    for (size_t j = 0; j < group.size(); ++j) {
-      const Tensor* wj = group[j]->src[0];
-      KITE_ASSIGN_OR_RETURN(uint8_t * wjp, dev.address(wj));
-      KITE_ASSIGN_OR_RETURN(uint8_t * djp, dev.address(group[j]));
-      job.out[j] = MatVecOut{wjp, wj->nb[1], wj->ne[1], reinterpret_cast<float*>(djp),
-                             static_cast<int64_t>(group[j]->nb[1] / sizeof(float))};
-    }
-    if (epilogue != nullptr) {
-      KITE_ASSIGN_OR_RETURN(uint8_t * ep, dev.address(epilogue));
-      const int64_t ld = static_cast<int64_t>(epilogue->nb[1] / sizeof(float));
-      if (epilogue->op == Op::kSwiglu) {
-        job.glu = reinterpret_cast<float*>(ep);
-        job.glu_ldd = ld;
-      } else {  // kAdd: the residual is the operand that is not this matmul
-        const Tensor* res = epilogue->src[epilogue->src[0] == n ? 1 : 0];
-        KITE_ASSIGN_OR_RETURN(uint8_t * rp, dev.address(res));
-        job.add = reinterpret_cast<const float*>(rp);
-        job.add_ld = static_cast<int64_t>(res->nb[1] / sizeof(float));
-        job.sum = reinterpret_cast<float*>(ep);
-        job.sum_ld = ld;
-      }
-    }
-    if (tail.norm != nullptr) {
-      KITE_ASSIGN_OR_RETURN(uint8_t * np, dev.address(tail.norm));
-      job.norm = reinterpret_cast<float*>(np);
-      job.norm_eps = tail.norm->params.f[0];
-      if (const Tensor* nw = tail.norm->src[1]; nw != nullptr) {
-        KITE_ASSIGN_OR_RETURN(uint8_t * wp2, dev.address(nw));
-        job.norm_w = reinterpret_cast<const float*>(wp2);
-      }
-      KITE_ASSIGN_OR_RETURN(job.norm_count, zeroed_counters(dev, sc, 1));
-    }
-    if (rope != nullptr) {
-      job.with_rope = true;
-      job.rope = *rope;
-    }
-    // The int8 activations this launch writes (the swiglu's or the norm's): into the pair that
-    // does not hold those it reads.
-    Int8Activations q, out;
-    if (!is_float(w->type)) {
-      KITE_ASSIGN_OR_RETURN(q, int8_activations(dev, sc, x, act));
-    }
-    if (int8_epilogue || tail.int8) {
-      KITE_ASSIGN_OR_RETURN(out, int8_scratch(dev, sc, int8_epilogue ? epilogue : tail.norm, q.q == sc.q.ptr.get()));
-      if (int8_epilogue) {
-        KITE_ASSIGN_OR_RETURN(job.glu_count, zeroed_counters(dev, sc, m / 32));
-        job.glu_q = out.q;
-        job.glu_ds = out.ds;
-      } else {
-        job.norm_q = out.q;
-        job.norm_ds = out.ds;
-      }
-    }
-    if (is_float(w->type)) {
-      KITE_LAUNCH(launch_mmv_float(tid(w->type), job, k, xf, ldx, static_cast<int>(cols), s));
-    } else {
-      KITE_LAUNCH(launch_mmvq(tid(w->type), job, k, q.q, q.ds, static_cast<int>(cols), s));
-    }
-    if (out.q != nullptr) sc.int8 = out;
-    return ok_status();
-  }
-  if (group.size() != 1 || epilogue != nullptr || rope != nullptr)
-    return make_error("cuda: fused matmuls of ", cols, " columns");
   if (!is_float(w->type) && use_mmq(dev, cols)) {  // int8 tensor cores
     KITE_ASSIGN_OR_RETURN(const Int8Activations q, int8_activations(dev, sc, x, act));
     float* partial = nullptr;
@@ -287,6 +204,111 @@ Status mul_mat(Device& dev, OpScratch& sc, std::span<Tensor* const> group, Tenso
                                     static_cast<const float*>(wd), ik, xf, static_cast<int>(ldx), &zero, dst + i0,
                                     static_cast<int>(ldd)));
     }
+  }
+  return ok_status();
+}
+
+// What a mat-vec launch (MatVecJob) computes beside its products: `epilogue`, the swiglu of a
+// gate/up pair or the add of one product to a residual, and then that sum's rms_norm (`norm`).
+// With `int8_epilogue` (a swiglu epilogue of int8 weights, m % 32 == 0) it also writes the
+// swiglu output's int8 activations, for the down projection after it, with `norm_int8` the
+// norm's (an int8 matmul of it follows). With `rope` (of a layer's q, k and v, the group's from
+// rope->first on; one column) it also ropes q and k and writes k and v to the caches.
+struct MatVecExtras {
+  Tensor* epilogue = nullptr;
+  bool int8_epilogue = false;
+  Tensor* norm = nullptr;
+  bool norm_int8 = false;
+  const MatVecRope* rope = nullptr;
+};
+
+// One matmul, or (mat-vec shapes only) several weights against the same activations in one
+// launch, with what `ex` adds to it. A matmul's bias (src[2]) is added by the mat-vec kernels
+// as they store, or by an add launch after the other kernels.
+Status mul_mat(Device& dev, OpScratch& sc, std::span<Tensor* const> group, const MatVecExtras& ex = {}) {
+  Tensor* const epilogue = ex.epilogue;
+  Tensor* n = group[0];
+  const Tensor* w = n->src[0];
+  const Tensor* x = n->src[1];
+  const int64_t k = w->ne[0], m = w->ne[1], cols = x->n_rows();
+  const cudaStream_t s = dev.stream();
+  KITE_ASSIGN_OR_RETURN(const Activations act, activations(dev, sc, x));
+
+  if (cols <= kMaxMmvCols) {
+    MatVecJob job;
+    job.n_out = static_cast<int>(group.size());
+    for (size_t j = 0; j < group.size(); ++j) {
+      const Tensor* wj = group[j]->src[0];
+      KITE_ASSIGN_OR_RETURN(uint8_t * wjp, dev.address(wj));
+      KITE_ASSIGN_OR_RETURN(uint8_t * djp, dev.address(group[j]));
+      job.out[j] = MatVecOut{wjp, wj->nb[1], wj->ne[1], reinterpret_cast<float*>(djp),
+                             static_cast<int64_t>(group[j]->nb[1] / sizeof(float))};
+      if (const Tensor* b = group[j]->src[2]; b != nullptr) {
+        KITE_ASSIGN_OR_RETURN(uint8_t * bp, dev.address(b));
+        job.out[j].bias = reinterpret_cast<const float*>(bp);
+      }
+    }
+    if (epilogue != nullptr) {
+      KITE_ASSIGN_OR_RETURN(uint8_t * ep, dev.address(epilogue));
+      const int64_t ld = static_cast<int64_t>(epilogue->nb[1] / sizeof(float));
+      if (epilogue->op == Op::kSwiglu) {
+        job.glu = reinterpret_cast<float*>(ep);
+        job.glu_ldd = ld;
+      } else {  // kAdd: the residual is the operand that is not this matmul
+        const Tensor* res = epilogue->src[epilogue->src[0] == n ? 1 : 0];
+        KITE_ASSIGN_OR_RETURN(uint8_t * rp, dev.address(res));
+        job.add = reinterpret_cast<const float*>(rp);
+        job.add_ld = static_cast<int64_t>(res->nb[1] / sizeof(float));
+        job.sum = reinterpret_cast<float*>(ep);
+        job.sum_ld = ld;
+      }
+    }
+    if (ex.norm != nullptr) {
+      KITE_ASSIGN_OR_RETURN(uint8_t * np, dev.address(ex.norm));
+      job.norm = reinterpret_cast<float*>(np);
+      job.norm_eps = ex.norm->params.f[0];
+      if (const Tensor* nw = ex.norm->src[1]; nw != nullptr) {
+        KITE_ASSIGN_OR_RETURN(uint8_t * wp2, dev.address(nw));
+        job.norm_w = reinterpret_cast<const float*>(wp2);
+      }
+      KITE_ASSIGN_OR_RETURN(job.norm_count, zeroed_counters(dev, sc, 1));
+    }
+    if (ex.rope != nullptr) {
+      job.with_rope = true;
+      job.rope = *ex.rope;
+    }
+    // The int8 activations this launch writes (the swiglu's or the norm's): into the pair that
+    // does not hold those it reads.
+    Int8Activations q, out;
+    if (!is_float(w->type)) {
+      KITE_ASSIGN_OR_RETURN(q, int8_activations(dev, sc, x, act));
+    }
+    if (ex.int8_epilogue || ex.norm_int8) {
+      KITE_ASSIGN_OR_RETURN(out, int8_scratch(dev, sc, ex.int8_epilogue ? epilogue : ex.norm, q.q == sc.q.ptr.get()));
+      if (ex.int8_epilogue) {
+        KITE_ASSIGN_OR_RETURN(job.glu_count, zeroed_counters(dev, sc, m / 32));
+        job.glu_q = out.q;
+        job.glu_ds = out.ds;
+      } else {
+        job.norm_q = out.q;
+        job.norm_ds = out.ds;
+      }
+    }
+    if (is_float(w->type)) {
+      KITE_LAUNCH(launch_mmv_float(tid(w->type), job, k, act.x, act.ldx, static_cast<int>(cols), s));
+    } else {
+      KITE_LAUNCH(launch_mmvq(tid(w->type), job, k, q.q, q.ds, static_cast<int>(cols), s));
+    }
+    if (out.q != nullptr) sc.int8 = out;
+    return ok_status();
+  }
+  if (group.size() != 1 || epilogue != nullptr || ex.rope != nullptr)
+    return make_error("cuda: fused matmuls of ", cols, " columns");
+  KITE_TRY(mul_mat_matrix(dev, sc, n, act));
+  if (const Tensor* b = n->src[2]; b != nullptr) {  // the bias, broadcast over the columns
+    KITE_ASSIGN_OR_RETURN(uint8_t * dp, dev.address(n));
+    KITE_ASSIGN_OR_RETURN(uint8_t * bp, dev.address(b));
+    KITE_LAUNCH(launch_binary(0, rows_of(n, dp), rows_of(n, dp), rows_of(b, bp), m, cols, s));
   }
   return ok_status();
 }
@@ -433,7 +455,9 @@ bool node_supported(const Tensor& n) {
     case Op::kRmsNorm:
     case Op::kRope: return n.src[0]->type == DType::F32;
     case Op::kGetRows: return weight_type_ok(n.src[0]->type);
-    case Op::kMulMat: return weight_type_ok(n.src[0]->type) && n.src[1]->type == DType::F32;
+    case Op::kMulMat:
+      return weight_type_ok(n.src[0]->type) && n.src[1]->type == DType::F32 &&
+             (n.src[2] == nullptr || (n.src[2]->type == DType::F32 && n.src[2]->is_contiguous()));
     case Op::kCopy:
       if (n.type == DType::Q8_0) return is_float(n.src[0]->type) && n.ne[0] % 32 == 0;
       return is_float(n.type) && weight_type_ok(n.src[0]->type);
@@ -597,34 +621,49 @@ bool is_rope_kv(std::span<Tensor* const> nodes) {
   return apart({q, k, kw->src[0], vw->src[0]}, {q->src[0], k->src[0], vw->src[1]});
 }
 
-// A layer's q, k and v products of one input (nodes[0..2]; q and k one mat-vec launch), the
-// reshapes of q and k, then is_rope_kv's five nodes over them with float caches, llama's
-// adjacent rotary pairs and one column: what the mat-vec launches' rope tails compute
-// (MatVecJob::with_rope).
-bool is_qkv_rope_kv(std::span<Tensor* const> nodes) {
-  if (nodes.size() < 10 || nodes[0]->src[1]->n_rows() > kMaxRopeTailCols || nodes[2]->op != Op::kMulMat ||
-      nodes[2]->src[1] != nodes[0]->src[1])
-    return false;
-  const Tensor *vq = nodes[3], *vk = nodes[4], *q = nodes[5], *k = nodes[6], *kw = nodes[8], *vw = nodes[9];
-  auto reshape_of = [](const Tensor* view, const Tensor* mm) {
-    return view->op == Op::kView && view->src[0] == mm && view->view_offset == 0 && view->is_contiguous() &&
-           mm->is_contiguous();
-  };
-  if (!reshape_of(vq, nodes[0]) || !reshape_of(vk, nodes[1]) || q->src[0] != vq || k->src[0] != vk ||
-      !is_rope_kv(nodes.subspan(5)) || vw->src[1] != nodes[2] || !nodes[2]->is_contiguous())
-    return false;
-  if (q->params.i[0] != 0 || k->params.i[0] != 0 || !is_float(kw->src[0]->type)) return false;
-  // The launch writes the ropes and the caches while it still reads its activations: float
-  // weights read the input itself (int8 weights read its int8 activations, in scratch memory),
-  // which the planner may have given to the ropes, since the products were its last readers.
-  return (!is_float(nodes[0]->src[0]->type) && !is_float(nodes[2]->src[0]->type)) ||
-         apart({q, k, kw->src[0], vw->src[0]}, {nodes[0]->src[1]});
-}
-
 // Two rms_norms of rows of one length in a row (qwen3's q_norm and k_norm): one launch.
 bool is_norm_pair(const Tensor* a, const Tensor* b) {
   return a->op == Op::kRmsNorm && b->op == Op::kRmsNorm && a->src[0]->ne[0] == b->src[0]->ne[0] &&
          apart({a, b}, {a->src[0], b->src[0]});
+}
+
+// A layer's q, k and v products of one input (nodes[0..2]; q and k one mat-vec launch), the
+// reshapes of q and k, qwen3's per-head norms of them or not (`*norms`: 2 or 0 nodes), then
+// is_rope_kv's five nodes over them with float caches and one column: what the mat-vec
+// launches' rope tails compute (MatVecJob::with_rope). Without the norms the rotary pairs are
+// adjacent, or halves of n_rot apart with n_rot and hd multiples of 4 (a block's rows hold whole
+// pairs); with them, hd is a multiple of 4 (a block's rows lie in one head) below 1024.
+bool is_qkv_rope_kv(std::span<Tensor* const> nodes, size_t* norms) {
+  if (nodes.size() < 10 || nodes[0]->src[1]->n_rows() > kMaxRopeTailCols || nodes[2]->op != Op::kMulMat ||
+      nodes[2]->src[1] != nodes[0]->src[1])
+    return false;
+  const size_t nn = nodes[5]->op == Op::kRmsNorm ? 2 : 0;
+  if (nodes.size() < 10 + nn) return false;
+  const Tensor *vq = nodes[3], *vk = nodes[4], *q = nodes[5 + nn], *k = nodes[6 + nn], *kw = nodes[8 + nn],
+               *vw = nodes[9 + nn];
+  const Tensor *qs = nn > 0 ? nodes[5] : vq, *ks = nn > 0 ? nodes[6] : vk;  // the ropes' sources
+  auto reshape_of = [](const Tensor* view, const Tensor* mm) {
+    return view->op == Op::kView && view->src[0] == mm && view->view_offset == 0 && view->is_contiguous() &&
+           mm->is_contiguous();
+  };
+  if (!reshape_of(vq, nodes[0]) || !reshape_of(vk, nodes[1]) || q->src[0] != qs || k->src[0] != ks ||
+      !is_rope_kv(nodes.subspan(5 + nn)) || vw->src[1] != nodes[2] || !nodes[2]->is_contiguous())
+    return false;
+  if (nn > 0 && (!is_norm_pair(qs, ks) || qs->src[0] != vq || ks->src[0] != vk || !qs->is_contiguous() ||
+                 !ks->is_contiguous() || q->ne[0] >= 1024))
+    return false;
+  auto pairs_ok = [nn](const Tensor* rope) {
+    const int32_t mode = rope->params.i[0], n_rot = rope->params.i[1];
+    const int64_t hd = rope->ne[0];
+    return nn > 0 ? hd % 4 == 0 : mode == 0 || (n_rot % 4 == 0 && hd % 4 == 0);
+  };
+  if (!pairs_ok(q) || !pairs_ok(k) || !is_float(kw->src[0]->type)) return false;
+  // The launch writes the norms, the ropes and the caches while it still reads its activations:
+  // float weights read the input itself (int8 weights read its int8 activations, in scratch
+  // memory), which the planner may have given to them, since the products were its last readers.
+  *norms = nn;
+  return (!is_float(nodes[0]->src[0]->type) && !is_float(nodes[2]->src[0]->type)) ||
+         apart({q, k, kw->src[0], vw->src[0], qs, ks}, {nodes[0]->src[1]});
 }
 
 }  // namespace
@@ -697,38 +736,47 @@ Result<size_t> run_fused(Device& dev, OpScratch& sc, std::span<Tensor* const> no
     while (count < nodes.size() && count < static_cast<size_t>(kMaxMatVecOuts) && joins_matvec(n, nodes[count]))
       ++count;
     if (count == 2 && nodes.size() > 2 && is_glu_of(nodes[2], nodes[0], nodes[1]) &&
-        !overlaps(nodes[2], n->src[1])) {
+        !overlaps(nodes[2], n->src[1]) && n->src[2] == nullptr && nodes[1]->src[2] == nullptr) {
       Tensor* const pair[2] = {nodes[2]->src[0], nodes[2]->src[1]};  // gate, up
       // ... and the down projection's int8 activations, when it is an int8 matmul of the swiglu.
       const bool int8_down = nodes.size() > 3 && !is_float(n->src[0]->type) && n->src[0]->ne[1] % 32 == 0 &&
                              int8_matmul(dev, nodes[3]) && nodes[3]->src[1] == nodes[2];
-      KITE_TRY(mul_mat(dev, sc, pair, nodes[2], int8_down));
+      KITE_TRY(mul_mat(dev, sc, pair, MatVecExtras{.epilogue = nodes[2], .int8_epilogue = int8_down}));
       return size_t{3};
     }
-    // q, k and v with their ropes and cache writes (one column): one launch, or where v's
-    // weights are of another type (Q4_K_M's Q6_K v) q and k's launch, then v's.
-    if ((count == 3 || count == 2) && fuse.rope_tail && is_qkv_rope_kv(nodes)) {
+    // q, k and v with (qwen3) their head norms, their ropes and cache writes (one column): one
+    // launch, or where v's weights are of another type (Q4_K_M's Q6_K v) q and k's launch, then
+    // v's.
+    if (size_t norms = 0; (count == 3 || count == 2) && fuse.rope_tail && is_qkv_rope_kv(nodes, &norms)) {
+      const size_t r0 = 5 + norms;  // the ropes
       MatVecRope r;
-      KITE_ASSIGN_OR_RETURN(r.q, rope_args(dev, nodes[5]));
-      KITE_ASSIGN_OR_RETURN(r.k, rope_args(dev, nodes[6]));
-      KITE_ASSIGN_OR_RETURN(r.kc, kv_write_rows(dev, nodes[8]));
-      KITE_ASSIGN_OR_RETURN(r.vc, kv_write_rows(dev, nodes[9]));
-      KITE_TRY(mul_mat(dev, sc, nodes.first(count), nullptr, false, {}, &r));
+      KITE_ASSIGN_OR_RETURN(r.q, rope_args(dev, nodes[r0]));
+      KITE_ASSIGN_OR_RETURN(r.k, rope_args(dev, nodes[r0 + 1]));
+      KITE_ASSIGN_OR_RETURN(r.kc, kv_write_rows(dev, nodes[r0 + 3]));
+      KITE_ASSIGN_OR_RETURN(r.vc, kv_write_rows(dev, nodes[r0 + 4]));
+      if (norms > 0) {
+        r.head_norm = true;
+        KITE_ASSIGN_OR_RETURN(r.qn, norm_args(dev, nodes[5]));
+        KITE_ASSIGN_OR_RETURN(r.kn, norm_args(dev, nodes[6]));
+        KITE_ASSIGN_OR_RETURN(r.head_count, zeroed_counters(dev, sc, r.q.n_head + r.k.n_head));
+      }
+      KITE_TRY(mul_mat(dev, sc, nodes.first(count), MatVecExtras{.rope = &r}));
       if (count == 2) {
         r.first = MatVecRope::kV;
-        KITE_TRY(mul_mat(dev, sc, nodes.subspan(2, 1), nullptr, false, {}, &r));
+        KITE_TRY(mul_mat(dev, sc, nodes.subspan(2, 1), MatVecExtras{.rope = &r}));
       }
-      return size_t{10};
+      return r0 + 5;
     }
     if (count == 1 && is_residual_add_of(nodes[1], n) && !overlaps(nodes[1], n->src[1])) {
       // ... and the sum's rms_norm (the next block's input), for a single column.
       if (fuse.norm_tail && nodes.size() > 2 && n->src[1]->n_rows() <= kMaxNormTailCols &&
           is_norm_of_sum(nodes[2], nodes[1])) {
         const bool int8 = nodes.size() > 3 && int8_matmul(dev, nodes[3]) && nodes[3]->src[1] == nodes[2];
-        KITE_TRY(mul_mat(dev, sc, nodes.first(1), nodes[1], false, NormTail{nodes[2], int8}));
+        KITE_TRY(mul_mat(dev, sc, nodes.first(1),
+                         MatVecExtras{.epilogue = nodes[1], .norm = nodes[2], .norm_int8 = int8}));
         return size_t{3};
       }
-      KITE_TRY(mul_mat(dev, sc, nodes.first(1), nodes[1]));
+      KITE_TRY(mul_mat(dev, sc, nodes.first(1), MatVecExtras{.epilogue = nodes[1]}));
       return size_t{2};
     }
     KITE_TRY(mul_mat(dev, sc, nodes.first(count)));

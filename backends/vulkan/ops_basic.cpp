@@ -164,17 +164,7 @@ void rope_frequencies(const OpParams& p, int32_t scaling, RopePush& r) {
 }
 
 Status run_binary(Stream& s, Tensor* n) {
-  BinaryPush p;
-  KITE_ASSIGN_OR_RETURN(uint64_t a, s.address(n->src[0]));
-  KITE_ASSIGN_OR_RETURN(uint64_t b, s.address(n->src[1]));
-  KITE_ASSIGN_OR_RETURN(uint64_t d, s.address(n));
-  p.dst = rows_of(n, d);
-  p.a = rows_of(n->src[0], a);
-  p.b = rows_of(n->src[1], b);
-  p.ne0 = static_cast<uint32_t>(n->ne[0]);
-  p.n = static_cast<uint32_t>(n->n_elements());
-  p.op = n->op == Op::kAdd ? 0 : n->op == Op::kMul ? 1 : 2;
-  return s.dispatch("binary", p, groups_for(p.n, kElemGroup));
+  return binary(s, n->op == Op::kAdd ? 0 : n->op == Op::kMul ? 1 : 2, n, n->src[0], n->src[1]);
 }
 
 Status run_scale(Stream& s, Tensor* n) {
@@ -268,6 +258,20 @@ Status run_convert(Stream& s, const Tensor* src, const Tensor* dst, DType dst_ty
 }
 
 }  // namespace
+
+Status binary(Stream& s, uint32_t op, const Tensor* dst, const Tensor* a, const Tensor* b) {
+  BinaryPush p;
+  KITE_ASSIGN_OR_RETURN(uint64_t ap, s.address(a));
+  KITE_ASSIGN_OR_RETURN(uint64_t bp, s.address(b));
+  KITE_ASSIGN_OR_RETURN(uint64_t d, s.address(dst));
+  p.dst = rows_of(dst, d);
+  p.a = rows_of(a, ap);
+  p.b = rows_of(b, bp);
+  p.ne0 = static_cast<uint32_t>(dst->ne[0]);
+  p.n = static_cast<uint32_t>(dst->n_elements());
+  p.op = op;
+  return s.dispatch("binary", p, groups_for(p.n, kElemGroup));
+}
 
 bool basic_supported(const Tensor& n) {
   switch (n.op) {

@@ -174,6 +174,8 @@ bool mul_mat_supported(const Tensor& n) {
   const Tensor* x = n.src[1];
   if (w == nullptr || x == nullptr || !weight_layout_ok(w) || !f32_rows_ok(n)) return false;
   if (x->type != DType::F32 || x->ne[0] != w->ne[0] || x->nb[0] != sizeof(float)) return false;
+  const Tensor* b = n.src[2];  // the bias
+  if (b != nullptr && (b->type != DType::F32 || !b->is_contiguous() || b->ne[0] != w->ne[1])) return false;
   for (int d = 1; d < kMaxDims; ++d)
     if (x->nb[d] % sizeof(float) != 0 || x->nb[d] > kMax32 || static_cast<uint64_t>(x->ne[d]) > kMaxI32) return false;
   // The shaders' flat tile and element indices are 32-bit.
@@ -213,7 +215,8 @@ bool get_rows_supported(const Tensor& n) {
   return static_cast<uint64_t>(ids->n_elements()) * ceil_div(static_cast<uint64_t>(t->ne[0]), kChunk) <= kMax32;
 }
 
-Status mul_mat(Stream& s, Tensor* n) {
+// w · x into n (mul_mat without the bias).
+Status mul_mat_product(Stream& s, Tensor* n) {
   const Tensor* w = n->src[0];
   const Tensor* x = n->src[1];
   const uint64_t m = static_cast<uint64_t>(w->ne[1]), cols = static_cast<uint64_t>(x->n_rows());
@@ -261,6 +264,12 @@ Status mul_mat(Stream& s, Tensor* n) {
   }
   return s.dispatch((w_a16 ? sh.mul_mat_a16 : sh.mul_mat)[variant], p,
                     uint64_t{p.row_tiles} * ceil_div(cols, kMulMatCols));
+}
+
+Status mul_mat(Stream& s, Tensor* n) {
+  KITE_TRY(mul_mat_product(s, n));
+  if (const Tensor* bias = n->src[2]; bias != nullptr) KITE_TRY(binary(s, 0, n, n, bias));
+  return ok_status();
 }
 
 Status get_rows(Stream& s, Tensor* n) {

@@ -73,6 +73,8 @@ Status run_matmul(Stream& s, Tensor* n);
 // attention.
 bool basic_supported(const Tensor& n);
 Status run_basic(Stream& s, Tensor* n);
+// dst = a (op) b of F32 rows, b's rows broadcast over dst's: op 0 add, 1 mul, 2 swiglu.
+Status binary(Stream& s, uint32_t op, const Tensor* dst, const Tensor* a, const Tensor* b);
 bool attention_supported(const Tensor& n);
 Status run_attention(Stream& s, Tensor* n);
 

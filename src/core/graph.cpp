@@ -56,10 +56,11 @@ Tensor* Graph::get_rows(Tensor* table, Tensor* ids) {
   return t;
 }
 
-Tensor* Graph::mul_mat(Tensor* w, Tensor* x) {
+Tensor* Graph::mul_mat(Tensor* w, Tensor* x, Tensor* bias) {
   assert(w->ne[0] == x->ne[0] && x->type == DType::F32);
+  assert(bias == nullptr || (bias->type == DType::F32 && bias->ne[0] == w->ne[1] && bias->n_rows() == 1));
   Tensor* t = make(DType::F32, {w->ne[1], x->n_rows()}, Op::kMulMat, w->name);
-  t->src = {w, x};
+  t->src = {w, x, bias};
   return t;
 }
 

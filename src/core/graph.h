@@ -55,7 +55,9 @@ class Graph {
 
   // Ops.
   Tensor* get_rows(Tensor* table, Tensor* ids);
-  Tensor* mul_mat(Tensor* w, Tensor* x);
+  // w · x, plus `bias` (F32 [m], may be null) broadcast over the columns: a linear layer with
+  // a bias (qwen2's q, k, v) is one node, so that a backend can add it as it stores the product.
+  Tensor* mul_mat(Tensor* w, Tensor* x, Tensor* bias = nullptr);
   Tensor* add(Tensor* a, Tensor* b);
   Tensor* mul(Tensor* a, Tensor* b);
   Tensor* scale(Tensor* a, float s);

@@ -25,7 +25,7 @@ enum class Op : uint8_t {
   kNone,       // a leaf: input, weight or cache; bytes set from outside
   kView,       // src0's bytes seen with this tensor's ne/nb/view_offset (reshape, permute, slice)
   kGetRows,    // src0 table [n_embd, n_rows] (any type), src1 I32 ids [n] -> F32 [n_embd, n]
-  kMulMat,     // src0 weights [k, m] (any type), src1 F32 [k, n] -> F32 [m, n]
+  kMulMat,     // src0 weights [k, m] (any type), src1 F32 [k, n] -> F32 [m, n]; + src2 F32 [m] if set
   kAdd,        // F32 src0 + src1, src1 broadcast over rows when it has fewer
   kMul,        // F32 src0 * src1, broadcast likewise
   kScale,      // F32 src0 * f[0]

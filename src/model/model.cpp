@@ -168,12 +168,9 @@ Tensor* Model::build_forward(Graph& g, const ForwardInputs& in, const KvTensors&
     g.set_layer(static_cast<int32_t>(il));
     // Attention block: x += Wo · attention(rope(Wq·h), rope(Wk·h), Wv·h), h = norm(x).
     Tensor* h = nm(g.rms_norm(x, l.attn_norm, hp.rms_eps), il, "attn_norm");
-    Tensor* q = nm(g.mul_mat(l.wq, h), il, "q");
-    Tensor* k = nm(g.mul_mat(l.wk, h), il, "k");
-    Tensor* v = nm(g.mul_mat(l.wv, h), il, "v");
-    if (l.bq != nullptr) q = nm(g.add(q, l.bq), il, "q_bias");
-    if (l.bk != nullptr) k = nm(g.add(k, l.bk), il, "k_bias");
-    if (l.bv != nullptr) v = nm(g.add(v, l.bv), il, "v_bias");
+    Tensor* q = nm(g.mul_mat(l.wq, h, l.bq), il, "q");  // (biases: qwen2)
+    Tensor* k = nm(g.mul_mat(l.wk, h, l.bk), il, "k");
+    Tensor* v = nm(g.mul_mat(l.wv, h, l.bv), il, "v");
     q = g.reshape(q, {hd, hp.n_head, n});
     k = g.reshape(k, {hd, hp.n_head_kv, n});
     if (l.q_norm != nullptr) q = nm(g.rms_norm(q, l.q_norm, hp.rms_eps), il, "q_norm");  // qwen3: per head
