@@ -60,7 +60,8 @@ Result<SplitGraph> SplitGraph::make(Graph& g, std::span<Backend* const> backends
   };
   for (GraphSplit& split : sg.splits_) {
     const int b = split.backend;
-    const std::string at = "@" + std::string(backends[static_cast<size_t>(b)]->name()) + std::to_string(b);
+    std::string at = "@";  // (appended, not concatenated: g++ 12 -O3 warns falsely (-Wrestrict) on operator+)
+    at.append(backends[static_cast<size_t>(b)]->name()).append(std::to_string(b));
     for (Tensor* n : split.nodes) {
       nodes[static_cast<size_t>(b)].push_back(n);
       for (Tensor*& s : n->src) {
