@@ -90,6 +90,39 @@ TEST_CASE("synthetic: llama-8b is Llama-3-8B, and q4_K_M gives llama.cpp's Q4_K_
   CHECK(gib == doctest::Approx(4.58).epsilon(0.005));
 }
 
+TEST_CASE("synthetic: qwen2-7b and qwen3-8b are Qwen2.5-7B and Qwen3-8B, with their biases and head norms") {
+  struct Want {
+    const char* shape;
+    int64_t n_layer, n_embd, q_rows, kv_rows, n_ff, n_vocab;
+    double gib;  // Q4_K_M: the size of the published Q4_K_M files (4.68 and 5.03 GB)
+  };
+  for (const Want& w : {Want{"qwen2-7b", 28, 3584, 3584, 512, 18944, 152064, 4.36},
+                        Want{"qwen3-8b", 36, 4096, 4096, 1024, 12288, 151936, 4.68}}) {
+    const std::string shape = w.shape;
+    CAPTURE(shape);
+    auto plan = plan_synthetic(shape, "q4_K_M");
+    REQUIRE_MESSAGE(plan.ok(), (plan.ok() ? std::string() : plan.error().message));
+    const bool qwen2 = shape == "qwen2-7b";
+    CHECK(plan->shape->arch == (qwen2 ? "qwen2" : "qwen3"));
+    CHECK(plan->shape->n_layer == w.n_layer);
+    CHECK(find(*plan, "blk.0.attn_q.weight").ne == std::vector<int64_t>{w.n_embd, w.q_rows});
+    CHECK(find(*plan, "blk.0.attn_k.weight").ne == std::vector<int64_t>{w.n_embd, w.kv_rows});
+    CHECK(find(*plan, "blk.0.ffn_down.weight").ne == std::vector<int64_t>{w.n_ff, w.n_embd});
+    CHECK(find(*plan, "output.weight").ne == std::vector<int64_t>{w.n_embd, w.n_vocab});
+    // F32 1-D tensors: the two norms a layer, the output norm, and qwen2's three biases or
+    // qwen3's two head norms (of the head dimension, 128) a layer.
+    CHECK(type_counts(*plan).at(quant::Type::F32) == (qwen2 ? 5 : 4) * w.n_layer + 1);
+    if (qwen2) {
+      CHECK(find(*plan, "blk.27.attn_v.bias").ne == std::vector<int64_t>{w.kv_rows});
+    } else {
+      CHECK(find(*plan, "blk.35.attn_k_norm.weight").ne == std::vector<int64_t>{128});
+    }
+    const double gib = static_cast<double>(plan->total_bytes) / double(1ull << 30);
+    MESSAGE(shape, " q4_K_M: ", gib, " GiB");
+    CHECK(gib == doctest::Approx(w.gib).epsilon(0.01));
+  }
+}
+
 TEST_CASE("synthetic: a ggml type puts every matrix in it, unknown shapes and types are errors") {
   for (const char* shape : {"llama-1b", "llama-3b", "llama-8b"}) {
     for (const auto& [name, type] : {std::pair{"q4_0", quant::Type::Q4_0}, std::pair{"Q8_0", quant::Type::Q8_0},
@@ -119,7 +152,8 @@ TEST_CASE("synthetic: a ggml type puts every matrix in it, unknown shapes and ty
 
   auto bad_shape = plan_synthetic("llama-2b", "q4_0");
   REQUIRE_FALSE(bad_shape.ok());
-  CHECK(bad_shape.error().message == "unknown synthetic model 'llama-2b' (known: tiny, llama-1b, llama-3b, llama-8b)");
+  CHECK(bad_shape.error().message ==
+        "unknown synthetic model 'llama-2b' (known: tiny, llama-1b, llama-3b, llama-8b, qwen2-7b, qwen3-8b)");
   auto bad_type = plan_synthetic("llama-1b", "q9_9");
   REQUIRE_FALSE(bad_type.ok());
   CHECK(bad_type.error().message.find("unknown weight type 'q9_9'") == 0);

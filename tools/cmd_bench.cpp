@@ -415,7 +415,8 @@ void register_bench(CLI::App& app, Action* run) {
   auto a = std::make_shared<BenchArgs>();
   auto* m = cmd->add_option("-m,--model", a->model, "A GGUF file or a Hugging Face folder");
   auto* s = cmd->add_option("--synthetic", a->synthetic,
-                            "A random-weight model: tiny, llama-1b, llama-3b, llama-8b (Llama-3-8B's shape)");
+                            "A random-weight model: tiny, llama-1b, llama-3b, llama-8b (Llama-3-8B's shape), qwen2-7b "
+                            "(Qwen2.5-7B's), qwen3-8b (Qwen3-8B's)");
   m->excludes(s);
   cmd->add_option("--type", a->type,
                   "Weights of the synthetic model: a type for every matrix (f16, q4_0, q8_0, q4_K, ...) or a "

@@ -15,6 +15,8 @@ const std::vector<SyntheticShape>& synthetic_shapes() {
       {"llama-1b", 32000, 2048, 16, 32, 8, 8192, 500000.f},
       {"llama-3b", 32000, 3072, 28, 24, 8, 8192, 500000.f},
       {"llama-8b", 128256, 4096, 32, 32, 8, 14336, 500000.f},
+      {"qwen2-7b", 152064, 3584, 28, 28, 4, 18944, 1000000.f, "qwen2"},
+      {"qwen3-8b", 151936, 4096, 36, 32, 8, 12288, 1000000.f, "qwen3"},
   };
   return shapes;
 }
@@ -23,20 +25,22 @@ namespace {
 
 constexpr int kDistinctRows = 64;
 
-// The hyperparameters under GGUF's llama keys (what plan_types and the model loader read).
+// The hyperparameters under GGUF's keys for the shape's architecture (what plan_types and the
+// model loader read).
 void set_hparams(gguf::Metadata& m, const SyntheticShape& s, const std::string& name) {
-  m.set("general.architecture", "llama");
+  const std::string a = s.arch + ".";
+  m.set("general.architecture", s.arch);
   m.set("general.name", name);
-  m.set("llama.context_length", uint32_t{8192});
-  m.set("llama.embedding_length", static_cast<uint32_t>(s.n_embd));
-  m.set("llama.block_count", static_cast<uint32_t>(s.n_layer));
-  m.set("llama.feed_forward_length", static_cast<uint32_t>(s.n_ff));
-  m.set("llama.attention.head_count", static_cast<uint32_t>(s.n_head));
-  m.set("llama.attention.head_count_kv", static_cast<uint32_t>(s.n_head_kv));
-  m.set("llama.rope.freq_base", s.rope_theta);
-  m.set("llama.attention.layer_norm_rms_epsilon", 1e-5f);
-  m.set("llama.rope.dimension_count", static_cast<uint32_t>(s.n_embd / s.n_head));
-  m.set("llama.vocab_size", static_cast<uint32_t>(s.n_vocab));
+  m.set(a + "context_length", uint32_t{8192});
+  m.set(a + "embedding_length", static_cast<uint32_t>(s.n_embd));
+  m.set(a + "block_count", static_cast<uint32_t>(s.n_layer));
+  m.set(a + "feed_forward_length", static_cast<uint32_t>(s.n_ff));
+  m.set(a + "attention.head_count", static_cast<uint32_t>(s.n_head));
+  m.set(a + "attention.head_count_kv", static_cast<uint32_t>(s.n_head_kv));
+  m.set(a + "rope.freq_base", s.rope_theta);
+  m.set(a + "attention.layer_norm_rms_epsilon", 1e-5f);
+  m.set(a + "rope.dimension_count", static_cast<uint32_t>(s.n_embd / s.n_head));
+  m.set(a + "vocab_size", static_cast<uint32_t>(s.n_vocab));
 }
 
 // A placeholder SentencePiece vocabulary so llama.cpp loads the file: specials, 256 byte
@@ -75,7 +79,8 @@ void set_vocab(gguf::Metadata& m, int64_t n_vocab) {
   m.set("tokenizer.ggml.unknown_token_id", uint32_t{0});
 }
 
-// The tensors of a llama model in GGUF order; matrices get `matrix_type`, norms F32.
+// The tensors of a llama model (and qwen2's biases, qwen3's head norms) in GGUF order; matrices
+// get `matrix_type`, norms and biases F32.
 std::vector<gguf::TensorInfo> llama_tensors(const SyntheticShape& s, quant::Type matrix_type) {
   std::vector<gguf::TensorInfo> ts;
   const int64_t hd = s.n_embd / s.n_head;
@@ -93,6 +98,14 @@ std::vector<gguf::TensorInfo> llama_tensors(const SyntheticShape& s, quant::Type
     add(b + "attn_q.weight", {s.n_embd, s.n_head * hd});
     add(b + "attn_k.weight", {s.n_embd, s.n_head_kv * hd});
     add(b + "attn_v.weight", {s.n_embd, s.n_head_kv * hd});
+    if (s.arch == "qwen2") {
+      add(b + "attn_q.bias", {s.n_head * hd});
+      add(b + "attn_k.bias", {s.n_head_kv * hd});
+      add(b + "attn_v.bias", {s.n_head_kv * hd});
+    } else if (s.arch == "qwen3") {
+      add(b + "attn_q_norm.weight", {hd});
+      add(b + "attn_k_norm.weight", {hd});
+    }
     add(b + "attn_output.weight", {s.n_head * hd, s.n_embd});
     add(b + "ffn_norm.weight", {s.n_embd});
     add(b + "ffn_gate.weight", {s.n_embd, s.n_ff});
@@ -198,7 +211,7 @@ Result<std::unique_ptr<MemorySource>> make_synthetic(std::string_view shape_name
   RowPool pool(seed);
   for (const gguf::TensorInfo& t : plan.tensors) {
     KITE_ASSIGN_OR_RETURN(uint8_t * p, src->add_tensor(t.name, t.type, t.ne));
-    if (t.ne.size() == 1) {  // norms: ones
+    if (t.ne.size() == 1) {  // norms (and biases): ones
       auto* f = reinterpret_cast<float*>(p);
       for (int64_t i = 0; i < t.ne[0]; ++i) f[i] = 1.f;
     } else {

@@ -15,12 +15,16 @@ struct SyntheticShape {
   std::string name;  // "llama-1b"
   int64_t n_vocab, n_embd, n_layer, n_head, n_head_kv, n_ff;
   float rope_theta;
+  std::string arch = "llama";  // llama; qwen2 (q/k/v biases); qwen3 (per-head q/k norms)
 };
 
 // llama-1b (Llama-3.2-1B's layers), llama-3b (Llama-3.2-3B's), both with a 32000-token vocabulary
 // and an untied output matrix (the numbers in bench/RESULTS.md use these); llama-8b is
 // Llama-3-8B exactly (vocabulary 128256, 32 layers, n_embd 4096, n_ff 14336, 32 heads, 8 KV
-// heads); plus "tiny" for tests.
+// heads); qwen2-7b is Qwen2.5-7B's shape (28 layers, n_embd 3584, 28 heads, 4 KV heads, q/k/v
+// biases, vocabulary 152064) and qwen3-8b Qwen3-8B's (36 layers, n_embd 4096, 32 heads, 8 KV
+// heads, per-head q/k norms, vocabulary 151936), both untied and with the placeholder vocabulary
+// below; plus "tiny" for tests.
 const std::vector<SyntheticShape>& synthetic_shapes();
 
 // A synthetic model without its bytes: the tensors' names, shapes (ggml order), types and sizes
