@@ -179,9 +179,10 @@ __device__ __forceinline__ void matvec_sum_norm(const MatVecGrid& g, int warp, i
 }
 
 // The row that warp-row `row` (block * kMatVecWarps + warp) of out[j] computes in a launch with
-// the rope tail (not the head norms'): itself, except in q or k with rotated halves (mode 2), where each block's four
-// rows within n_rot are two rotary pairs, e, e + 1, e + half and e + 1 + half of their head
-// (n_rot and hd multiples of 4, so that a block's rows stay in one head; a bijection on the rows).
+// the rope tail (not the head norms'): itself, except in q or k with rotated halves (mode 2),
+// where each block's four rows within n_rot are two rotary pairs, e, e + 1, e + half and
+// e + 1 + half of their head (n_rot and hd multiples of 4, so that a block's rows stay in one
+// head; a bijection on the rows).
 __device__ __forceinline__ int64_t matvec_rope_row(const MatVecGrid& g, int j, int64_t row) {
   static_assert(kMatVecWarps == 4, "a block's rows: two rotary pairs");
   const MatVecRope& r = g.job.rope;
@@ -405,8 +406,8 @@ inline bool matvec_rope_ok(const MatVecJob& job, int n) {
 }
 
 // Whether a job of n columns is well formed: 1..kMaxMatVecOuts outputs; GLU: two of equal m,
-// without biases; a sum: one; its norm: kMaxNormTailCols columns at most, whole 32-row blocks; the rope tail:
-// matvec_rope_ok.
+// without biases; a sum: one; its norm: kMaxNormTailCols columns at most, whole 32-row blocks;
+// the rope tail: matvec_rope_ok.
 inline bool matvec_job_ok(const MatVecJob& job, int n) {
   if (job.n_out < 1 || job.n_out > kMaxMatVecOuts) return false;
   if (job.glu != nullptr && (job.n_out != 2 || job.out[0].m != job.out[1].m || job.out[0].bias != nullptr ||
