@@ -283,3 +283,19 @@ TEST_CASE("synthetic: a tiny q4_K_M model is built as planned and runs, in kite 
   REQUIRE_MESSAGE(top_p.exit_code == 0, top_p.err);
   CHECK(top_p.err.find("steps brought back top-64 rows") != std::string::npos);
 }
+
+TEST_CASE("model: a bias or head norm of the wrong length is a load error naming the tensor") {
+  // The kernels read a bias or a norm weight as long as the rows it applies to: a short one
+  // would be read past its end. (The tiny shape: q rows 128, heads of 32.)
+  for (const auto& [name, n] :
+       {std::pair{"blk.0.attn_q.bias", int64_t{7}}, std::pair{"blk.1.attn_k_norm.weight", int64_t{31}}}) {
+    CAPTURE(std::string(name));
+    auto src = make_synthetic("tiny", "q8_0");
+    REQUIRE(src.ok());
+    REQUIRE((*src)->add_tensor(name, quant::Type::F32, {n}).ok());
+    auto model = Model::from_source(std::move(*src));
+    REQUIRE_FALSE(model.ok());
+    CHECK(model.error().message.find(std::string("tensor '") + name + "' has shape [" + std::to_string(n) + ", 1]") !=
+          std::string::npos);
+  }
+}

@@ -120,7 +120,12 @@ Status Model::load_weights(const LoadOptions& opts) {
     KITE_TRY(expect(l.w_gate, hp.n_embd, hp.n_ff));
     KITE_TRY(expect(l.w_up, hp.n_embd, hp.n_ff));
     KITE_TRY(expect(l.w_down, hp.n_ff, hp.n_embd));
+    // The 1-D tensors too: a kernel reads a bias or a norm weight as long as its rows.
+    for (auto [t, n] : {std::pair{l.attn_norm, hp.n_embd}, {l.ffn_norm, hp.n_embd}, {l.bq, q_dim}, {l.bk, kv_dim},
+                        {l.bv, kv_dim}, {l.q_norm, hp.head_dim}, {l.k_norm, hp.head_dim}})
+      KITE_TRY(expect(t, n, 1));
   }
+  KITE_TRY(expect(output_norm_, hp.n_embd, 1));
   // The first forward pass reads every weight: read them in now, in address (file) order and
   // in large reads.
   std::vector<std::pair<const uint8_t*, size_t>> spans;
