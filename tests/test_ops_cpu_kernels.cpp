@@ -3,6 +3,8 @@
 // tiles, gemm8, wgemm and the decode gemv kernels against the per-row dots or the 8-row tiles on
 // the same activations, and the float-weight GEMM's batch-invariant bits. (test_ops.cpp runs the
 // ops through each backend against references; test_ops_avx2.cpp the AVX2 level at its bounds.)
+// Also the CPU backend's choice between the two ways of a one-row mul_mat (one_row.h).
+#include "backends/cpu/one_row.h"
 #include "tests/ops_test_util.h"
 
 namespace kite {
@@ -469,6 +471,118 @@ TEST_CASE("ops: wgemm batched-decode kernels match the packed tiles on the same 
     }
   }
   if (cpu::best_simd_level() == SimdLevel::kAvx512) CHECK(types == 12);
+}
+
+TEST_CASE("ops: a one-row mul_mat either way (row kernels, or weight rows in place), every type and level") {
+  uint32_t seed = 1200;
+  for (cpu::OneRowWay way : {cpu::OneRowWay::kRows, cpu::OneRowWay::kTiles}) {
+    cpu::set_one_row_way(way);
+    for (DType t : kQuantTypes)  // two whole 16-row tiles and a partial one
+      check_mul_mat(t, quant::find_traits(t)->block_size == 256 ? 512 : 288, 37, 1, 1, false, seed++);
+  }
+  cpu::set_one_row_way(std::nullopt);
+}
+
+// One CPU backend running decode-like steps: `copies` one-row mul_mats of one k x k weight of
+// type t (the sum of their products is the output), enough weight bytes for the backend to
+// measure both one-row ways when there are more than 64 MiB of them.
+struct OneRowSteps {
+  Graph g;
+  Tensor* w = nullptr;
+  Tensor* y = nullptr;
+  std::unique_ptr<Backend> be;
+  std::unique_ptr<Buffer> buf;
+  std::vector<double> ref;
+
+  OneRowSteps(DType t, int64_t k, int copies) {
+    const std::vector<uint8_t> wb = encode(t, randn(static_cast<size_t>(k * k), 1300), k, k);
+    const std::vector<float> wd = decode(t, wb, k * k), x = randn(static_cast<size_t>(k), 1301);
+    for (int64_t i = 0; i < k; ++i) {
+      double s = 0;
+      for (int64_t e = 0; e < k; ++e) s += static_cast<double>(wd[static_cast<size_t>(i * k + e)]) * x[static_cast<size_t>(e)];
+      ref.push_back(copies * s);
+    }
+    w = g.input(t, {k, k}, "w");
+    Tensor* xt = g.input(DType::F32, {k, 1}, "x");
+    y = g.mul_mat(w, xt);
+    for (int i = 1; i < copies; ++i) y = g.add(y, g.mul_mat(w, xt));
+    g.build(y);
+    BackendOptions o;
+    o.n_threads = 2;
+    auto b = create_backend("cpu", o);
+    REQUIRE(b.ok());
+    be = std::move(*b);
+    const MemoryPlan plan = MemoryPlan::make(g);
+    auto a = be->alloc(plan.arena_bytes() + 64);
+    REQUIRE(a.ok());
+    buf = std::move(*a);
+    plan.place(g, static_cast<uint8_t*>(buf->base()));
+    REQUIRE(be->upload(*w, wb.data(), wb.size()).ok());
+    REQUIRE(be->upload(*xt, x.data(), x.size() * sizeof(float)).ok());
+  }
+  double bytes() const { return static_cast<double>(w->nbytes()); }
+  std::vector<float> step() {
+    REQUIRE(be->compute(g.nodes()).ok());
+    std::vector<float> out(static_cast<size_t>(y->n_elements()));
+    REQUIRE(be->download(*y, out.data(), out.size() * sizeof(float)).ok());
+    CHECK(nmse(out, ref) < 1e-4);
+    return out;
+  }
+};
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+TEST_CASE("ops: the cpu backend times both one-row ways before first use and keeps the faster per weight type") {
+  cpu::set_one_row_way(std::nullopt);
+  cpu::reset_one_row_decisions();
+  auto decision = [](DType t) -> std::optional<cpu::OneRowDecision> {
+    for (const cpu::OneRowDecision& d : cpu::one_row_decisions())
+      if (d.type == t && d.level == cpu::simd_level_name(cpu::active_simd_level())) return d;
+    return std::nullopt;
+  };
+  // A small model (under 64 MiB of the type's weights) takes the row kernels, unmeasured.
+  OneRowSteps small(DType::Q8_0, 1024, 4);
+  small.step();
+  CHECK(!decision(DType::Q8_0));
+
+  OneRowSteps big(DType::Q4_K, 1024, 120);
+  REQUIRE(120 * big.bytes() > 64.0 * 1024 * 1024);
+  const Tensor* first = nullptr;
+  for (const Tensor* n : big.g.nodes())
+    if (n->op == Op::kMulMat && first == nullptr) first = n;
+  REQUIRE(first != nullptr);
+  // x86 has the choice at every SIMD level (gemm8, or wgemm with AVX-512 VNNI); aarch64 none.
+#if defined(__x86_64__)
+  REQUIRE(cpu::one_row_has_choice(first));
+#endif
+  const std::vector<float> got = big.step();  // decided before it ran
+  if (!cpu::one_row_has_choice(first)) {
+    CHECK(cpu::one_row_decisions().empty());
+    return;
+  }
+  REQUIRE(decision(DType::Q4_K));
+  const cpu::OneRowDecision d = *decision(DType::Q4_K);
+  CHECK(d.rows_gbps > 0);
+  CHECK(d.tiles_gbps > 0);
+  CHECK(d.way == (d.tiles_gbps > d.rows_gbps * 1.03 ? cpu::OneRowWay::kTiles : cpu::OneRowWay::kRows));
+  CHECK(cpu::one_row_decisions().size() == 1);
+  // The two ways give different bits (Q4_K's row kernels take Q8_K activations, the in-place
+  // ones Q8_0 blocks), so forcing each shows which ran: every step, this backend's and a new
+  // one's, took the decided way.
+  cpu::set_one_row_way(cpu::OneRowWay::kRows);
+  const std::vector<float> rows = big.step();
+  cpu::set_one_row_way(cpu::OneRowWay::kTiles);
+  const std::vector<float> tiles = big.step();
+  cpu::set_one_row_way(std::nullopt);
+  CHECK(!same_bits(rows, tiles));
+  const std::vector<float>& kept = d.way == cpu::OneRowWay::kTiles ? tiles : rows;
+  CHECK(same_bits(got, kept));
+  CHECK(same_bits(big.step(), kept));
+  OneRowSteps again(DType::Q4_K, 1024, 120);
+  CHECK(same_bits(again.step(), kept));
+  CHECK(cpu::one_row_decisions().size() == 1);
 }
 
 }  // namespace

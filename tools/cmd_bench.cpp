@@ -14,7 +14,9 @@
 #include <thread>
 
 #include "backends/cpu/cpu_features.h"
+#include "backends/cpu/one_row.h"
 #include "backends/cpu/threadpool.h"
+#include "formats/quant/types.h"
 #include "src/model/synthetic.h"
 #include "src/runtime/scheduler.h"
 #include "tools/commands.h"
@@ -81,6 +83,22 @@ double measure_read_bandwidth(int n_threads) {
     best = std::max(best, static_cast<double>(bytes) / s / 1e9);
   }
   return best;
+}
+
+// How the CPU backend's one-row (decode) mul_mats read each weight type, as it measured
+// (backends/cpu/one_row.h): row by row, or 16 (8) rows at a time in place. Types it did not
+// measure (too few bytes, or KITE_CPU_DECODE) are not listed.
+void print_one_row_ways() {
+  std::string s;
+  for (const cpu::OneRowDecision& d : cpu::one_row_decisions()) {
+    const quant::TypeTraits* tr = quant::find_traits(d.type);
+    char b[160];
+    std::snprintf(b, sizeof b, "%s%s %s (rows %.1f, tiles %.1f GB/s)", s.empty() ? "" : "; ",
+                  tr != nullptr ? std::string(tr->name).c_str() : "?", d.way == cpu::OneRowWay::kTiles ? "tiles" : "rows",
+                  d.rows_gbps, d.tiles_gbps);
+    s += b;
+  }
+  if (!s.empty()) std::printf("(decode mul_mats, measured: %s)\n", s.c_str());
 }
 
 double median(std::vector<double> v) {
@@ -405,6 +423,7 @@ int run_single(const BenchArgs& a, const std::shared_ptr<const Model>& model, co
                 threads);
   else if (a.device == "cpu") std::printf("(median of %d; device cpu, kernels %s)\n", a.reps, kernels);
   else std::printf("(median of %d; device %s)\n", a.reps, a.device.c_str());
+  print_one_row_ways();
   return kExitOk;
 }
 

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -10,6 +11,7 @@
 #include <thread>
 
 #include "backends/cpu/cpu_features.h"
+#include "backends/cpu/one_row.h"
 #include "backends/cpu/ops.h"
 #include "backends/cpu/threadpool.h"
 #include "src/core/comm.h"
@@ -108,6 +110,11 @@ class CpuBackend final : public Backend {
   }
 
   Status compute(std::span<Tensor* const> nodes) override {
+    one_row_.prepare(nodes, [&](Tensor* n, OneRowWay way) {
+      const auto t0 = std::chrono::steady_clock::now();
+      run(n, op_mul_mat, way);
+      return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    });
     for (Tensor* n : nodes) {
       if (n->op == Op::kAllReduce) {
         KITE_TRY(all_reduce(n));
@@ -115,18 +122,22 @@ class CpuBackend final : public Backend {
       }
       const Kernel k = kernel_for(n->op);
       if (k == nullptr) continue;  // views: nothing to compute
-      const size_t shared_bytes = op_shared_bytes(n);
-      if (shared_.size() < shared_bytes) shared_.resize(shared_bytes);
-      counter_.store(0, std::memory_order_relaxed);
-      pool_.run([&](int ith, int nth) {
-        KernelCtx c{ith, nth, &scratch_[static_cast<size_t>(ith)], &shared_, &barrier_, &counter_};
-        k(n, c);
-      });
+      run(n, k, n->op == Op::kMulMat ? one_row_.way(n) : OneRowWay::kRows);
     }
     return ok_status();
   }
 
  private:
+  void run(Tensor* n, Kernel k, OneRowWay way) {
+    const size_t shared_bytes = op_shared_bytes(n, way);
+    if (shared_.size() < shared_bytes) shared_.resize(shared_bytes);
+    counter_.store(0, std::memory_order_relaxed);
+    pool_.run([&](int ith, int nth) {
+      KernelCtx c{ith, nth, &scratch_[static_cast<size_t>(ith)], &shared_, &barrier_, &counter_, way};
+      k(n, c);
+    });
+  }
+
   // dst = src, then summed in place with the other ranks' (which wait for this one).
   Status all_reduce(Tensor* n) {
     if (comm_ == nullptr) return make_error("cpu: all_reduce without a tensor-parallel group");
@@ -148,6 +159,7 @@ class CpuBackend final : public Backend {
   std::atomic<int64_t> counter_{0};
   Communicator* comm_;
   int rank_;
+  OneRowTuner one_row_;  // which way one-row mul_mats take (one_row.h)
 };
 
 #if defined(__x86_64__)

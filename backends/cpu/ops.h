@@ -27,6 +27,12 @@ class Barrier {
   std::atomic<int> generation_{0};
 };
 
+// How a mul_mat of one activation row (a decode step) reads quantized weights: row by row (the
+// one-row dot kernels, a software prefetch running ahead of each row) or many rows at a time in
+// place (wgemm's 16, else gemm8's 8: as many streams from DRAM at once). The CPU backend picks
+// per weight type by measurement (one_row.h); nodes with no choice ignore it.
+enum class OneRowWay : uint8_t { kRows, kTiles };
+
 struct KernelCtx {
   int ith = 0;
   int nth = 1;
@@ -36,10 +42,14 @@ struct KernelCtx {
   std::vector<uint8_t>* shared = nullptr;
   Barrier* barrier = nullptr;
   std::atomic<int64_t>* counter = nullptr;
+  OneRowWay one_row = OneRowWay::kRows;
 };
 
-// Bytes of shared scratch an op needs (0 for most ops).
-size_t op_shared_bytes(const Tensor* dst);
+// Bytes of shared scratch an op needs (0 for most ops), run with `one_row`.
+size_t op_shared_bytes(const Tensor* dst, OneRowWay one_row = OneRowWay::kRows);
+// Whether `dst` is a mul_mat of one activation row that the active SIMD level can run either
+// OneRowWay (quantized weights with a one-row kernel and an in-place one).
+bool one_row_has_choice(const Tensor* dst);
 
 // [begin, end) of `n` items for thread ith of nth.
 inline void split(int64_t n, const KernelCtx& c, int64_t* begin, int64_t* end) {

@@ -85,6 +85,8 @@ VecDotFn fast_kernel(const MatmulKernels* mk, DType t) {
 // Q3_K) the per-row dots beat both up to 24 rows and tie the tiles at 32. Q2_K (16-element
 // scales and mins; tiles only, no gemm8 or wgemm): its tiles run 0.07 ms a row at 32 rows like
 // its dots (kite-bench-kernels, 2048 x 2048, one thread), 0.05 at 512 (1.4x).
+// One row (decode) takes the per-row dots, or with OneRowWay::kTiles wgemm (else gemm8) on that
+// row: which streams weights from DRAM faster depends on the machine (one_row.h measures).
 enum class MatmulPath { kDots, kGemm8, kWide, kTiles, kFloat };
 
 constexpr int64_t kTileMinRows = 8;       // rows from which packed tiles beat the per-row dots
@@ -140,11 +142,20 @@ int64_t gemm8_min_rows(const MatmulKernels* mk, DType t) {
   return is_avx2_level(mk) && (t == DType::Q4_K || t == DType::Q5_K) ? 4 : 2;
 }
 
-MatmulPath matmul_path(const MatmulKernels* mk, DType t, int64_t n) {
+// One activation row read in place (OneRowWay::kTiles): wgemm's 16 weight rows where the level
+// has it, else gemm8's 8; kDots where it has neither.
+MatmulPath one_row_in_place(const MatmulKernels* mk, DType t, TileKernels::Kind kind) {
+  if (mk->wgemm[static_cast<size_t>(t)] != nullptr) return MatmulPath::kWide;
+  if (mk->gemm8[static_cast<size_t>(t)] != nullptr && kind == TileKernels::k32) return MatmulPath::kGemm8;
+  return MatmulPath::kDots;
+}
+
+MatmulPath matmul_path(const MatmulKernels* mk, DType t, int64_t n, OneRowWay one_row) {
   if (mk != nullptr && static_cast<size_t>(t) < kTypeSlots && mk->fgemm[static_cast<size_t>(t)] != nullptr)
     return MatmulPath::kFloat;
   const TileKernels::Kind kind = tile_kernels(mk, t).kind;
-  if (kind == TileKernels::kNone || n < 2) return MatmulPath::kDots;
+  if (kind == TileKernels::kNone) return MatmulPath::kDots;
+  if (n < 2) return one_row == OneRowWay::kTiles ? one_row_in_place(mk, t, kind) : MatmulPath::kDots;
   if (mk->wgemm[static_cast<size_t>(t)] != nullptr) {
     const int64_t lo = g_wgemm_min_rows.load(std::memory_order_relaxed);
     const int64_t hi = g_wgemm_max_rows.load(std::memory_order_relaxed);
@@ -167,8 +178,8 @@ VecDotFn gemv_kernel(const MatmulKernels* mk, DType t) {
 }
 
 // gemm8 and the tiles take their activations in the tiles' format, one row its gemv's.
-ActFormat act_format_for(const MatmulKernels* mk, DType t, int64_t n) {
-  const MatmulPath path = matmul_path(mk, t, n);
+ActFormat act_format_for(const MatmulKernels* mk, DType t, int64_t n, OneRowWay one_row = OneRowWay::kRows) {
+  const MatmulPath path = matmul_path(mk, t, n, one_row);
   if (path == MatmulPath::kFloat)
     return t == DType::BF16 && mk->bgemm != nullptr && g_bf16_act.load(std::memory_order_relaxed) ? ActFormat::kBF16
                                                                                                    : ActFormat::kF32;
@@ -457,15 +468,23 @@ void quantize_act_q8k_scalar(const float* x, void* dst, int64_t k) {
   }
 }
 
-size_t op_shared_bytes(const Tensor* dst) {
+size_t op_shared_bytes(const Tensor* dst, OneRowWay one_row) {
   if (dst->op != Op::kMulMat) return 0;
   const Tensor* w = dst->src[0];
   const Tensor* x = dst->src[1];
   const MatmulKernels* mk = kernels_for(active_simd_level());
-  const ActFormat f = act_format_for(mk, w->type, x->n_rows());
+  const ActFormat f = act_format_for(mk, w->type, x->n_rows(), one_row);
   if (f == ActFormat::kF32 && uniform_rows(x)) return 0;
   if (fast_kernel(mk, w->type) == nullptr) return 0;
   return act_row_bytes(f, w->ne[0]) * static_cast<size_t>(x->n_rows()) + 64;
+}
+
+bool one_row_has_choice(const Tensor* dst) {
+  if (dst->op != Op::kMulMat || dst->src[1]->n_rows() != 1) return false;
+  const MatmulKernels* mk = kernels_for(active_simd_level());
+  const DType t = dst->src[0]->type;
+  if (fast_kernel(mk, t) == nullptr || matmul_path(mk, t, 1, OneRowWay::kRows) != MatmulPath::kDots) return false;
+  return matmul_path(mk, t, 1, OneRowWay::kTiles) != MatmulPath::kDots;
 }
 
 void op_mul_mat_reference(Tensor* dst, const KernelCtx& c) {
@@ -501,8 +520,8 @@ void mul_mat_product(Tensor* dst, const KernelCtx& c) {
     return;
   }
   const int64_t k = w->ne[0], m = w->ne[1], n = x->n_rows();
-  const MatmulPath path = matmul_path(mk, w->type, n);
-  const ActFormat f = act_format_for(mk, w->type, n);
+  const MatmulPath path = matmul_path(mk, w->type, n, c.one_row);
+  const ActFormat f = act_format_for(mk, w->type, n, c.one_row);
 
   // Phase 1: activations in the kernel's format. One row (decode): every thread quantizes it
   // into its own scratch, which is cheaper than waiting at a barrier; more rows: once into the
