@@ -499,7 +499,8 @@ struct OneRowSteps {
     const std::vector<float> wd = decode(t, wb, k * k), x = randn(static_cast<size_t>(k), 1301);
     for (int64_t i = 0; i < k; ++i) {
       double s = 0;
-      for (int64_t e = 0; e < k; ++e) s += static_cast<double>(wd[static_cast<size_t>(i * k + e)]) * x[static_cast<size_t>(e)];
+      for (int64_t e = 0; e < k; ++e)
+        s += static_cast<double>(wd[static_cast<size_t>(i * k + e)]) * x[static_cast<size_t>(e)];
       ref.push_back(copies * s);
     }
     w = g.input(t, {k, k}, "w");

@@ -92,10 +92,10 @@ void print_one_row_ways() {
   std::string s;
   for (const cpu::OneRowDecision& d : cpu::one_row_decisions()) {
     const quant::TypeTraits* tr = quant::find_traits(d.type);
+    const std::string type = tr != nullptr ? std::string(tr->name) : "?";
     char b[160];
-    std::snprintf(b, sizeof b, "%s%s %s (rows %.1f, tiles %.1f GB/s)", s.empty() ? "" : "; ",
-                  tr != nullptr ? std::string(tr->name).c_str() : "?", d.way == cpu::OneRowWay::kTiles ? "tiles" : "rows",
-                  d.rows_gbps, d.tiles_gbps);
+    std::snprintf(b, sizeof b, "%s%s %s (rows %.1f, tiles %.1f GB/s)", s.empty() ? "" : "; ", type.c_str(),
+                  d.way == cpu::OneRowWay::kTiles ? "tiles" : "rows", d.rows_gbps, d.tiles_gbps);
     s += b;
   }
   if (!s.empty()) std::printf("(decode mul_mats, measured: %s)\n", s.c_str());

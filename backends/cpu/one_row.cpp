@@ -90,9 +90,13 @@ void OneRowTuner::decide(DType t, std::span<Tensor* const> nodes, const TimeNode
   struct Copy {
     Tensor x, y;
   };
+  std::vector<Tensor*> of_type;
   double total = 0;
   for (Tensor* n : nodes)
-    if (one_row_has_choice(n) && n->src[0]->type == t) total += static_cast<double>(n->src[0]->nbytes());
+    if (one_row_has_choice(n) && n->src[0]->type == t) {
+      of_type.push_back(n);
+      total += static_cast<double>(n->src[0]->nbytes());
+    }
   if (total < kSmallBytes) {  // fits in caches, and decode takes no time: the row kernels, unmeasured
     way_[static_cast<size_t>(t)] = static_cast<int8_t>(OneRowWay::kRows);
     return;
@@ -101,9 +105,8 @@ void OneRowTuner::decide(DType t, std::span<Tensor* const> nodes, const TimeNode
   std::vector<float> x, y;
   double bytes = 0;
   const double budget = pass_bytes();
-  for (Tensor* n : nodes) {
+  for (Tensor* n : of_type) {
     if (bytes >= budget) break;
-    if (!one_row_has_choice(n) || n->src[0]->type != t) continue;
     const int64_t k = n->src[0]->ne[0], m = n->src[0]->ne[1];
     x.resize(std::max<size_t>(x.size(), static_cast<size_t>(k)), 1.f);
     y.resize(std::max<size_t>(y.size(), static_cast<size_t>(m)));

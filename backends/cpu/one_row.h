@@ -8,14 +8,14 @@
 // level and weight type: the first time a step holds one-row mul_mats of an undecided type,
 // before the step runs, copies of them (the same weights; activations and outputs in scratch, so
 // nothing the step computes is touched) run once untimed (faulting the weights' pages in), then
-// both ways in ABBA passes, each pass over at least
-// twice the last-level cache's bytes where the model has them (weights come from DRAM, as in
-// decode), until each way has read kMinBytes. The in-place way must win by 3%, else the row
-// kernels stay. A type with under kSmallBytes (64 MiB) of one-row weights in the step (a small
-// model, cache-resident, fast either way) takes the row kernels unmeasured, so that its runs give
-// the same bits in every process. Deciding before the first use keeps every context of the process on one way, so
-// two contexts computing the same step get the same bits. A decision costs about four passes
-// over min(the type's weights, 2 x L3) once per process (0.1-0.2 s on an 8B model).
+// both ways in ABBA passes, each pass over at least twice the last-level cache's bytes where the
+// model has them (weights come from DRAM, as in decode), until each way has read kMinBytes. The
+// in-place way must win by 3%, else the row kernels stay. A type with under kSmallBytes (64 MiB)
+// of one-row weights in the step (a small model, cache-resident, fast either way) takes the row
+// kernels unmeasured, so that its runs give the same bits in every process. Deciding before the
+// first use keeps every context of the process on one way, so two contexts computing the same
+// step get the same bits. A decision reads about five passes over min(the type's one-row
+// weights, max(256 MiB, 2 x L3)) once per process: 2.6 GB for an 8B model on a 260 MiB-L3 host.
 // KITE_CPU_DECODE=rows|tiles forces a way (anything else: measure), for runs that must give the
 // same bits on every machine and run.
 #pragma once
@@ -61,7 +61,7 @@ class OneRowTuner {
  private:
   void decide(DType t, std::span<Tensor* const> nodes, const TimeNode& time_node);
 
-  int level_ = -1;                  // the SimdLevel of the ways below
+  int level_ = -1;                        // the SimdLevel of the ways below
   std::array<int8_t, kTypeSlots> way_{};  // per type: -1 undecided, else a OneRowWay
 };
 
