@@ -1,6 +1,7 @@
 // kite-decode-kernels: single-thread throughput of the decode (one activation row) dot kernels
 // of each x86 level, with the weights hot in cache (kernel cost) and streamed from DRAM
-// (kernel + memory), and of the one-row gemv kernel where the level has one; then, for small
+// (kernel + memory), and of the one-row gemv kernel where the level has one (and its four-row
+// form, gemv4, with the bits it gives checked against gemv's); then, for small
 // batches of na activation rows, GB/s of weights read by the ways mul_mat can take them: the
 // per-row dots (4 rows per call), gemm8 (weights read in place, all rows per block), pack +
 // tile_dot (the prefill tiles, packed every step), the wide 16-row tiles (packed every step) and
@@ -241,6 +242,25 @@ int main(int argc, char** argv) {
         std::vector<uint8_t> actg(cpu::act_row_bytes(gf, k) + 64);
         (gf == cpu::ActFormat::kQ8KG ? mk->quantize_q8kg : mk->quantize_q8g)(x.data(), actg.data(), k);
         measure("gemv ", gemv, actg.data());
+        if (const auto gemv4 = mk->gemv4[static_cast<size_t>(tr->type)]; gemv4 != nullptr) {
+          float r4[4] = {}, r1 = 0.f;
+          gemv4(k, row.data(), 0, nullptr, actg.data(), r4);
+          gemv(k, row.data(), actg.data(), 0, &r1);
+          auto rows4 = [&](int64_t rows) {
+            float o[4];
+            for (int64_t i = 0; i + 4 <= rows; i += 4) {
+              const uint8_t* p = w.data() + static_cast<size_t>(i) * row_bytes;
+              gemv4(k, p, row_bytes, i + 8 <= rows ? p + 4 * row_bytes : nullptr, actg.data(), o);
+              r4[0] += o[0];
+            }
+          };
+          const double hot = run_rows(rows4, row_bytes, hot_rows / 4 * 4, 0.3);
+          const double cold = run_rows(rows4, row_bytes, cold_rows / 4 * 4, 0.3);
+          std::printf("%-6s %-6s k=%lld  gemv4 hot %6.2f GB/s (%5.2f ns/block)  dram %6.2f GB/s  %s gemv's\n",
+                      level_name, name.c_str(), static_cast<long long>(k), hot,
+                      static_cast<double>(tr->type_size) / hot, cold,
+                      std::memcmp(&r1, &r4[1], sizeof r1) == 0 ? "same bits as" : "DIFFERENT bits from");
+        }
       }
       bench_batches(*mk, level_name, *tr, k, x, w, row_bytes, cold_rows, nas);
     }

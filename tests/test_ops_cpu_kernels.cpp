@@ -32,6 +32,28 @@ double gemv_vs_dot(const cpu::MatmulKernels& mk, DType t, int64_t k, const uint8
   return nmse(got, ref);
 }
 
+// Whether type t's four-row decode kernel (mk.gemv4) gives every row the bits of its one-row
+// kernel: 8 random rows stored `pad` bytes apart beyond their length, two calls (the first told
+// of the second's rows, the second of none).
+bool gemv4_same_bits(const cpu::MatmulKernels& mk, DType t, int64_t k, const uint8_t* ag, uint32_t seed) {
+  const auto id = static_cast<size_t>(t);
+  const std::vector<uint8_t> wb = encode(t, randn(static_cast<size_t>(k * 8), seed), 8, k);
+  const size_t rb = wb.size() / 8, pad = 3 * 64, stride = rb + pad;
+  std::vector<uint8_t> ws(8 * stride, 0xff);
+  for (size_t i = 0; i < 8; ++i) std::memcpy(ws.data() + i * stride, wb.data() + i * rb, rb);
+  float four[8], one[8];
+  mk.gemv4[id](k, ws.data(), stride, ws.data() + 4 * stride, ag, four);
+  mk.gemv4[id](k, ws.data() + 4 * stride, stride, nullptr, ag, four + 4);
+  for (size_t i = 0; i < 8; ++i) mk.gemv[id](k, ws.data() + i * stride, ag, 0, &one[i]);
+  bool same = true;
+  for (int i = 0; i < 8; ++i)
+    if (std::memcmp(&four[i], &one[i], sizeof(float)) != 0) {
+      MESSAGE("row ", i, ": four rows a call gave ", four[i], ", one row ", one[i]);
+      same = false;
+    }
+  return same;
+}
+
 TEST_CASE("ops: cpu features and simd levels") {
   const auto& f = cpu::cpu_features();
   MESSAGE("cpu features: ", f.describe(), "; best level ", std::string(cpu::simd_level_name(cpu::best_simd_level())));
@@ -309,14 +331,16 @@ TEST_CASE("ops: decode gemv kernels (kQ8G activations) match the per-row dots") 
   CHECK(checked >= 6 * x86_levels);  // Q4_0 at 6 sizes on each
 }
 
-TEST_CASE("ops: Q4_K/Q5_K decode gemv kernels (kQ8KG activations) match the per-row dots") {
+TEST_CASE("ops: Q4_K/Q5_K decode gemv kernels (kQ8KG activations) match the per-row dots, four rows a call too") {
   int checked = 0;
   for (SimdLevel l : cpu::supported_simd_levels()) {
     if (l == SimdLevel::kScalar) continue;
     const cpu::MatmulKernels& mk = *cpu::matmul_kernels_for(l);
-    if (l == SimdLevel::kAvx512) {  // the 512-bit level has both
+    if (l == SimdLevel::kAvx512) {  // the 512-bit level has both, one and four rows a call
       CHECK((mk.gemv[static_cast<size_t>(DType::Q4_K)] != nullptr));
       CHECK((mk.gemv[static_cast<size_t>(DType::Q5_K)] != nullptr));
+      CHECK((mk.gemv4[static_cast<size_t>(DType::Q4_K)] != nullptr));
+      CHECK((mk.gemv4[static_cast<size_t>(DType::Q5_K)] != nullptr));
     }
     if (mk.quantize_q8kg == nullptr) continue;
     for (int64_t k : {256, 768, 2048}) {
@@ -347,6 +371,7 @@ TEST_CASE("ops: Q4_K/Q5_K decode gemv kernels (kQ8KG activations) match the per-
         INFO(cpu::simd_level_name(l), " ", quant::find_traits(t)->name, " k=", k);
         CHECK(gemv_vs_dot(mk, t, k, ag.data(), ak.data(), ab, 900 + static_cast<uint32_t>(k)) < 1e-10);
         ++checked;
+        if (mk.gemv4[id] != nullptr) CHECK(gemv4_same_bits(mk, t, k, ag.data(), 950 + static_cast<uint32_t>(k)));
       }
     }
   }

@@ -55,6 +55,8 @@ ActFormat mul_mat_act_format(const MatmulKernels* mk, DType t, int64_t n);
 // row j starts at act + j * act_stride bytes.
 inline constexpr int kMaxNa = 4;
 using VecDotFn = void (*)(int64_t k, const void* w, const uint8_t* act, size_t act_stride, float* out);
+using Gemv4Fn = void (*)(int64_t k, const void* w, size_t row_stride, const void* ahead, const uint8_t* act,
+                        float* out);
 // Quantizes k floats (a multiple of the block size) into activation blocks.
 using QuantizeActFn = void (*)(const float* x, void* dst, int64_t k);
 
@@ -74,6 +76,11 @@ struct MatmulKernels {
   // Decode: one weight row against one activation row in gemv_act_format(type) (act_stride
   // unused); null where the level has none for the type (mul_mat then takes dot[type][0]).
   VecDotFn gemv[kTypeSlots] = {};
+  // Decode, four weight rows at once (row_stride bytes apart) against one activation row in
+  // gemv_act_format(type): out[r] for row r, the bits gemv[type] gives it; null where the level
+  // has none for the type. `ahead`: the four rows of the next call (same stride; null: none),
+  // which the kernel prefetches as it goes.
+  Gemv4Fn gemv4[kTypeSlots] = {};
 
   // Prefill tiles (levels with VNNI): tile_pack[type] decodes 8 weight rows (rows[r], r < nrows;
   // the rest zero) into the interleaved tile layout below; tile_dot[na - 1] multiplies a tile by
