@@ -78,8 +78,8 @@ struct MatmulKernels {
   VecDotFn gemv[kTypeSlots] = {};
   // Decode, four weight rows at once (row_stride bytes apart) against one activation row in
   // gemv_act_format(type): out[r] for row r, the bits gemv[type] gives it; null where the level
-  // has none for the type. `ahead`: the four rows of the next call (same stride; null: none),
-  // which the kernel prefetches as it goes.
+  // has none for the type. `ahead`: four rows of a later call (same stride; null: none), which
+  // the kernel prefetches block by block as it reads its own.
   Gemv4Fn gemv4[kTypeSlots] = {};
 
   // Prefill tiles (levels with VNNI): tile_pack[type] decodes 8 weight rows (rows[r], r < nrows;
