@@ -587,13 +587,16 @@ void mul_mat_product(Tensor* dst, const KernelCtx& c) {
   const size_t out_stride = dst->nb[1];
   float r[kMaxNa];
   VecDotFn row_dot[kMaxNa] = {dot[0], dot[1], dot[2], dot[3]};
-  const bool one_row = f == ActFormat::kQ8G || f == ActFormat::kQ8KG;  // (n == 1)
-  if (one_row) row_dot[0] = gemv_kernel(mk, w->type);
+  const bool gemv_act = f == ActFormat::kQ8G || f == ActFormat::kQ8KG;  // (n == 1)
+  if (gemv_act) row_dot[0] = gemv_kernel(mk, w->type);
   // Four rows a call (gemv4: the same bits, 1.5x the weight bytes a thread multiplies from
-  // cache) where two or more threads share the step. A lone thread keeps one row at a time: its single sequential
-  // stream pulled weights from DRAM faster than four interleaved ones (on a 2-core Zen 5, tg of
-  // a 1B Q4_K_M at 1 thread 6% slower with gemv4, at 2 threads 4-6% faster; bench/RESULTS.md).
-  const Gemv4Fn gemv4 = one_row && c.nth >= 2 ? mk->gemv4[static_cast<size_t>(w->type)] : nullptr;
+  // cache) where two or more threads share the step. A lone thread keeps one row at a time: its
+  // single sequential stream pulled weights from DRAM faster than four interleaved ones (on a
+  // 2-core Zen 5 VM, tg of a 1B Q4_K_M at 1 thread 6% slower with gemv4; at 2 threads 6% faster
+  // in one phase of the host and 6% slower in a later, faster one: bench/RESULTS.md, so this
+  // choice is for the one-row tuner to measure next). The kernel asks for the four rows `gemv4_lead` on (at least
+  // kPrefetchAhead bytes) as it goes, past the chunk's end those of the chunk claimed next.
+  const Gemv4Fn gemv4 = gemv_act && c.nth >= 2 ? mk->gemv4[static_cast<size_t>(w->type)] : nullptr;
   const auto group_bytes = static_cast<int64_t>(4 * w->nb[1]);
   const int64_t gemv4_lead = 4 * std::max<int64_t>(1, (int64_t{kPrefetchAhead} + group_bytes - 1) / group_bytes);
   // A thread claims its next chunk before it multiplies one (see prefetch_ahead).
@@ -601,26 +604,18 @@ void mul_mat_product(Tensor* dst, const KernelCtx& c) {
     const int64_t next = c.counter->fetch_add(1, std::memory_order_relaxed);
     const int64_t i0 = ch * rows_per_chunk, i1 = std::min(m, i0 + rows_per_chunk);
     const uint8_t* then = next < n_chunks ? w->row_ptr(next * rows_per_chunk) : nullptr;
+    int64_t rest = i0;  // the rows left to the loop below
     if (gemv4 != nullptr) {
-      // Four rows a call; the kernel asks for the four `lead` rows on (at least kPrefetchAhead
-      // bytes) as it goes, past the chunk's end those of the chunk claimed next.
-      int64_t i = i0;
-      for (; i + 4 <= i1; i += 4) {
-        const int64_t j = i + gemv4_lead;
+      for (; rest + 4 <= i1; rest += 4) {
+        const int64_t j = rest + gemv4_lead;
         const uint8_t* ahead = j < i1 ? w->row_ptr(j) : then != nullptr ? then + (j - i1) * w->nb[1] : nullptr;
-        gemv4(k, w->row_ptr(i), w->nb[1], ahead, act, reinterpret_cast<float*>(out0) + i);
+        gemv4(k, w->row_ptr(rest), w->nb[1], ahead, act, reinterpret_cast<float*>(out0) + rest);
       }
-      for (; i < i1; ++i) {
-        prefetch_ahead(w->row_ptr(i), w->nb[1], w->row_ptr(i1), then);
-        row_dot[0](k, w->row_ptr(i), act, stride, reinterpret_cast<float*>(out0) + i);
-      }
-      ch = next;
-      continue;
     }
     for (int64_t j0 = 0; j0 < n; j0 += kMaxNa) {
       const int na = static_cast<int>(std::min<int64_t>(kMaxNa, n - j0));
       const uint8_t* a = act + static_cast<size_t>(j0) * stride;
-      for (int64_t i = i0; i < i1; ++i) {
+      for (int64_t i = rest; i < i1; ++i) {
         if (n == 1) prefetch_ahead(w->row_ptr(i), w->nb[1], w->row_ptr(i1), then);
         row_dot[na - 1](k, w->row_ptr(i), a, stride, r);
         for (int jj = 0; jj < na; ++jj)
