@@ -20,8 +20,8 @@
 #      KITE_CUDA_ROPE_TAIL=0 (the ropes and cache writes in their own launch, not the q/k/v one) and
 #      KITE_CUDA_PDL=0 (plain launches instead of programmatic dependent ones), then
 #      kite-cuda-matmul (mmq vs dequantize + cuBLAS per type and width at 8B shapes), and
-#      llama-1b Q4_K_M pp512 and batched decode 16/64 with KITE_CUDA_MMQ=1 and =0 (int8
-#      tensor-core matmul vs dequantize + cuBLAS: the data for mmq's column threshold), and a
+#      llama-1b Q4_K_M pp512 and batched decode 16/64 with KITE_CUDA_MMQ=1, =0 and unset (int8
+#      tensor-core matmul, dequantize + cuBLAS, or each shape's faster as the backend timed it), and a
 #      2048-token prefill with KITE_CUDA_ATTN_TC=1 and =0 (tensor-core vs CUDA-core attention)
 #   6. the same as 4 for llama-8b Q4_0 / Q8_0, then llama-1b and llama-3b x Q4_K_M / Q4_0 / Q8_0
 #   7. the other GPU tests: every GGUF file's perplexity against llama.cpp's, batch invariance
@@ -243,15 +243,16 @@ for m in $models; do
         --device "$device" --synthetic llama-1b --type q4_K_M -p 0 -n 128 -r 2 "${bw_flag[@]}"
     done
     # The int8 tensor-core matmul (mmq) against dequantize + cuBLAS, both ways at every width
-    # (by default 9..256 columns take mmq): the data for the threshold in backends/cuda/ops.cpp,
-    # per op at Llama-3-8B's shapes (kite-cuda-matmul), then for a whole model.
+    # (by default the backend times both on each new shape and keeps the faster), per op at
+    # Llama-3-8B's shapes (kite-cuda-matmul), then for a whole model: forced each way, then as
+    # the backend chose (its choices printed as "(measured: ...)" lines).
     KEEP='^\||mmq|cuBLAS'
     mm_shapes=(--shapes 8b)
     [ "$device" = cuda ] || mm_shapes=(--shapes tiny --min-mib 1)  # (dry runs)
     [ -x "$bin/kite-cuda-matmul" ] && run_step "mul_mat mmq vs cuBLAS" 90 "$bin/kite-cuda-matmul" \
       --device "$device" --reps 3 "${mm_shapes[@]}"
-    KEEP='^\||^\{'
-    for mmq in 1 0; do
+    KEEP='^\||^\{|measured:'
+    for mmq in 1 0 timed; do
       KITE_CUDA_MMQ=$mmq run_step "llama-1b q4_K_M KITE_CUDA_MMQ=$mmq" 45 "$bin/kite" bench --device "$device" \
         --synthetic llama-1b --type q4_K_M -p 512 -n 0 -r 2 --json --and-parallel 16,64 --parallel-prompt 128 \
         --parallel-gen 32

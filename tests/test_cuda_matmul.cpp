@@ -2,20 +2,25 @@
 // tensor-core matmul (backends/cuda/k_mmq.cu, launch_mmq) for every quantized weight type with
 // more columns than the mat-vec kernels take, run with KITE_CUDA_MMQ=1 and compared with the CPU
 // backend and with an exact host model of the kernel's arithmetic (the same int8 activations),
-// and its routing (KITE_CUDA_MMQ, the column threshold); the mat-vec launch that also computes a
+// and its routing (mmq or cuBLAS, timed per shape; KITE_CUDA_MMQ); the mat-vec launch that also computes a
 // residual add and the rms_norm after it (ops.cpp run_fused), against the unfused launches. Without
 // the CUDA backend or a device the cases skip, visibly. (The emulator's mma.sync is tested in
-// test_cuda_emu.cpp; test_ops.cpp's "ops: mul_mat ..." cases run mmq too: it takes 9..256
-// columns.)
+// test_cuda_emu.cpp; test_ops.cpp's "ops: mul_mat ..." cases run mmq and cuBLAS too, as the
+// backend's timing of each shape chose.)
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cstdlib>
 #include <string>
 #include <vector>
 
 #include "src/core/backend.h"
+#include "src/core/devices.h"
 #include "tests/ops_test_util.h"
+#ifdef KITE_CUDA
+#include "backends/cuda/cuda_backend.h"
+#endif
 #ifdef KITE_CUDA_EMU
 #include "backends/cuda/emu/runtime.h"
 #include "backends/cuda/kernels.h"
@@ -141,20 +146,23 @@ TEST_CASE("cuda: mmq matches the CPU backend and the int8 model, every quantized
   }
 }
 
-TEST_CASE("cuda: mmq routing, KITE_CUDA_MMQ and the 256-column threshold") {
+TEST_CASE("cuda: mmq or cuBLAS per shape, timed at first use; KITE_CUDA_MMQ forces one") {
   auto cuda = cuda_or_skip();
   if (!cuda) return;
+#ifdef KITE_CUDA
   const DType t = DType::Q4_K;
   const int64_t k = 256, m = 16;
   uint32_t seed = 9300;
+  cuda::reset_cuda_matmul_choices();
   for (int64_t n : {17, 257}) {
     const std::vector<float> wf = randn(static_cast<size_t>(k * m), seed++);
     const std::vector<uint8_t> wb = encode(t, wf, m, k);
     const std::vector<float> xf = randn(static_cast<size_t>(k * n), seed++);
-    std::vector<float> by_default, mmq, cublas;
+    std::vector<float> first, again, mmq, cublas;
     {
       const MmqEnv env(nullptr);
-      by_default = mul_mat_on(*cuda, t, wb, xf, k, m, n);
+      first = mul_mat_on(*cuda, t, wb, xf, k, m, n);  // timed both ways
+      again = mul_mat_on(*cuda, t, wb, xf, k, m, n);  // the choice, untimed
     }
     {
       const MmqEnv env("1");
@@ -168,8 +176,29 @@ TEST_CASE("cuda: mmq routing, KITE_CUDA_MMQ and the 256-column threshold") {
     // The two paths agree closely but not bit for bit (int8 vs F16 activations).
     CHECK(nmse(mmq, to_double(cublas)) < 1e-4);
     CHECK(mmq != cublas);
-    CHECK(by_default == (n <= 256 ? mmq : cublas));
+    const std::vector<cuda::MatmulChoice> choices = cuda::cuda_matmul_choices();
+    const auto c = std::find_if(choices.begin(), choices.end(), [&](const cuda::MatmulChoice& c) {
+      return c.type == t && c.k == k && c.m == m && c.cols == static_cast<int64_t>(std::bit_ceil(uint64_t(n)));
+    });
+    REQUIRE(c != choices.end());
+    CHECK(c->mmq_ms > 0);
+    CHECK(c->cublas_ms > 0);
+    CHECK(c->mmq == (c->mmq_ms <= c->cublas_ms));
+    // The timing step left the chosen way's bits, and later steps took that way.
+    CHECK(first == (c->mmq ? mmq : cublas));
+    CHECK(again == first);
   }
+  CHECK(cuda::cuda_matmul_choices().size() == 2);
+  CHECK(measured_choices("cuda").size() == 2);
+  // Forced ways time nothing.
+  cuda::reset_cuda_matmul_choices();
+  {
+    const MmqEnv env("0");
+    const std::vector<uint8_t> wb = encode(t, randn(static_cast<size_t>(k * m), seed++), m, k);
+    mul_mat_on(*cuda, t, wb, randn(static_cast<size_t>(k * 40), seed++), k, m, 40);
+  }
+  CHECK(cuda::cuda_matmul_choices().empty());
+#endif
 }
 
 TEST_CASE("cuda: a residual add's mat-vec launch normalizes the sum with the norm kernel's bits") {
@@ -260,6 +289,7 @@ TEST_CASE("cuda: the q/k/v mat-vec launch ropes q and k and writes the caches wi
   auto cpu = create_backend("cpu");
   REQUIRE(cpu.ok());
   const ScopedEnv op_by_op("KITE_CUDA_GRAPHS", "0");
+  const MmqEnv mmq("1");  // (twelve columns: no timing runs in the launch counts)
   // A layer's q, k, v = Wq·x (+ bq), Wk·x (+ bk), Wv·x (+ bv), (per-head rms_norms of q and k,)
   // rope(q) and rope(k), k and v written to slots of float caches, built in the model's order
   // (src/model/model.cpp): for one column the q/k/v launch's blocks rope their own rows and

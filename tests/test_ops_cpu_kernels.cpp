@@ -498,9 +498,9 @@ TEST_CASE("ops: wgemm batched-decode kernels match the packed tiles on the same 
   if (cpu::best_simd_level() == SimdLevel::kAvx512) CHECK(types == 12);
 }
 
-TEST_CASE("ops: a one-row mul_mat either way (row kernels, or weight rows in place), every type and level") {
+TEST_CASE("ops: a one-row mul_mat every way (rows, four rows a call, weight rows in place), every type and level") {
   uint32_t seed = 1200;
-  for (cpu::OneRowWay way : {cpu::OneRowWay::kRows, cpu::OneRowWay::kTiles}) {
+  for (cpu::OneRowWay way : {cpu::OneRowWay::kRows, cpu::OneRowWay::kRows4, cpu::OneRowWay::kTiles}) {
     cpu::set_one_row_way(way);
     for (DType t : kQuantTypes)  // two whole 16-row tiles and a partial one
       check_mul_mat(t, quant::find_traits(t)->block_size == 256 ? 512 : 288, 37, 1, 1, false, seed++);
@@ -510,7 +510,7 @@ TEST_CASE("ops: a one-row mul_mat either way (row kernels, or weight rows in pla
 
 // One CPU backend running decode-like steps: `copies` one-row mul_mats of one k x k weight of
 // type t (the sum of their products is the output), enough weight bytes for the backend to
-// measure both one-row ways when there are more than 64 MiB of them.
+// measure the one-row ways when there are more than 64 MiB of them.
 struct OneRowSteps {
   Graph g;
   Tensor* w = nullptr;
@@ -519,7 +519,7 @@ struct OneRowSteps {
   std::unique_ptr<Buffer> buf;
   std::vector<double> ref;
 
-  OneRowSteps(DType t, int64_t k, int copies) {
+  OneRowSteps(DType t, int64_t k, int copies, int threads = 2) {
     const std::vector<uint8_t> wb = encode(t, randn(static_cast<size_t>(k * k), 1300), k, k);
     const std::vector<float> wd = decode(t, wb, k * k), x = randn(static_cast<size_t>(k), 1301);
     for (int64_t i = 0; i < k; ++i) {
@@ -534,7 +534,7 @@ struct OneRowSteps {
     for (int i = 1; i < copies; ++i) y = g.add(y, g.mul_mat(w, xt));
     g.build(y);
     BackendOptions o;
-    o.n_threads = 2;
+    o.n_threads = threads;
     auto b = create_backend("cpu", o);
     REQUIRE(b.ok());
     be = std::move(*b);
@@ -560,18 +560,18 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
-TEST_CASE("ops: the cpu backend times both one-row ways before first use and keeps the faster per weight type") {
+TEST_CASE("ops: the cpu backend times the one-row ways before first use and keeps the fastest per weight type") {
   cpu::set_one_row_way(std::nullopt);
   cpu::reset_one_row_decisions();
-  auto decision = [](DType t) -> std::optional<cpu::OneRowDecision> {
+  auto decision = [](DType t, int threads) -> std::optional<cpu::OneRowDecision> {
     for (const cpu::OneRowDecision& d : cpu::one_row_decisions())
-      if (d.type == t && d.level == cpu::simd_level_name(cpu::active_simd_level())) return d;
+      if (d.type == t && d.threads == threads && d.level == cpu::simd_level_name(cpu::active_simd_level())) return d;
     return std::nullopt;
   };
   // A small model (under 64 MiB of the type's weights) takes the row kernels, unmeasured.
   OneRowSteps small(DType::Q8_0, 1024, 4);
   small.step();
-  CHECK(!decision(DType::Q8_0));
+  CHECK(!decision(DType::Q8_0, 2));
 
   OneRowSteps big(DType::Q4_K, 1024, 120);
   REQUIRE(120 * big.bytes() > 64.0 * 1024 * 1024);
@@ -579,26 +579,35 @@ TEST_CASE("ops: the cpu backend times both one-row ways before first use and kee
   for (const Tensor* n : big.g.nodes())
     if (n->op == Op::kMulMat && first == nullptr) first = n;
   REQUIRE(first != nullptr);
+  const unsigned ways = cpu::one_row_choices(first);
   // x86 has the choice at every SIMD level (gemm8, or wgemm with AVX-512 VNNI); aarch64 none.
 #if defined(__x86_64__)
-  REQUIRE(cpu::one_row_has_choice(first));
+  REQUIRE((ways & cpu::one_row_bit(cpu::OneRowWay::kTiles)) != 0);
 #endif
+  const bool four = (ways & cpu::one_row_bit(cpu::OneRowWay::kRows4)) != 0;
+  if (cpu::active_simd_level() == SimdLevel::kAvx512) CHECK(four);
   const std::vector<float> got = big.step();  // decided before it ran
-  if (!cpu::one_row_has_choice(first)) {
+  if (ways == 0) {
     CHECK(cpu::one_row_decisions().empty());
     return;
   }
-  REQUIRE(decision(DType::Q4_K));
-  const cpu::OneRowDecision d = *decision(DType::Q4_K);
+  REQUIRE(decision(DType::Q4_K, 2));
+  const cpu::OneRowDecision d = *decision(DType::Q4_K, 2);
   CHECK(d.rows_gbps > 0);
   CHECK(d.tiles_gbps > 0);
-  CHECK(d.way == (d.tiles_gbps > d.rows_gbps * 1.03 ? cpu::OneRowWay::kTiles : cpu::OneRowWay::kRows));
+  CHECK((d.rows4_gbps > 0) == four);
+  const double best_rows = std::max(d.rows_gbps, d.rows4_gbps);
+  CHECK(d.way == (d.tiles_gbps > best_rows * 1.03   ? cpu::OneRowWay::kTiles
+                  : d.rows4_gbps > d.rows_gbps ? cpu::OneRowWay::kRows4
+                                               : cpu::OneRowWay::kRows));
   CHECK(cpu::one_row_decisions().size() == 1);
-  // The two ways give different bits (Q4_K's row kernels take Q8_K activations, the in-place
-  // ones Q8_0 blocks), so forcing each shows which ran: every step, this backend's and a new
-  // one's, took the decided way.
+  // The rows and the tiles give different bits (Q4_K's row kernels take Q8_K activations, the
+  // in-place ones Q8_0 blocks), so forcing each shows which ran: every step, this backend's and
+  // a new one's, took the decided way. Four rows a call give the rows' bits.
   cpu::set_one_row_way(cpu::OneRowWay::kRows);
   const std::vector<float> rows = big.step();
+  cpu::set_one_row_way(cpu::OneRowWay::kRows4);
+  CHECK(same_bits(big.step(), rows));
   cpu::set_one_row_way(cpu::OneRowWay::kTiles);
   const std::vector<float> tiles = big.step();
   cpu::set_one_row_way(std::nullopt);
@@ -609,6 +618,18 @@ TEST_CASE("ops: the cpu backend times both one-row ways before first use and kee
   OneRowSteps again(DType::Q4_K, 1024, 120);
   CHECK(same_bits(again.step(), kept));
   CHECK(cpu::one_row_decisions().size() == 1);
+  // A backend of another thread count keeps the rows or the tiles (their bits) and times only one
+  // row against four where the rows won.
+  OneRowSteps one(DType::Q4_K, 1024, 120, 1);
+  CHECK(same_bits(one.step(), kept));
+  if (d.way == cpu::OneRowWay::kTiles || !four) {
+    CHECK(!decision(DType::Q4_K, 1));
+  } else {
+    REQUIRE(decision(DType::Q4_K, 1));
+    const cpu::OneRowDecision d1 = *decision(DType::Q4_K, 1);
+    CHECK(d1.tiles_gbps == 0);
+    CHECK(d1.way == (d1.rows4_gbps > d1.rows_gbps ? cpu::OneRowWay::kRows4 : cpu::OneRowWay::kRows));
+  }
 }
 
 }  // namespace

@@ -14,9 +14,9 @@
 #include <thread>
 
 #include "backends/cpu/cpu_features.h"
-#include "backends/cpu/one_row.h"
 #include "backends/cpu/threadpool.h"
 #include "formats/quant/types.h"
+#include "src/core/devices.h"
 #include "src/model/synthetic.h"
 #include "src/runtime/scheduler.h"
 #include "tools/commands.h"
@@ -85,20 +85,11 @@ double measure_read_bandwidth(int n_threads) {
   return best;
 }
 
-// How the CPU backend's one-row (decode) mul_mats read each weight type, as it measured
-// (backends/cpu/one_row.h): row by row, or 16 (8) rows at a time in place. Types it did not
-// measure (too few bytes, or KITE_CPU_DECODE) are not listed.
-void print_one_row_ways() {
-  std::string s;
-  for (const cpu::OneRowDecision& d : cpu::one_row_decisions()) {
-    const quant::TypeTraits* tr = quant::find_traits(d.type);
-    const std::string type = tr != nullptr ? std::string(tr->name) : "?";
-    char b[160];
-    std::snprintf(b, sizeof b, "%s%s %s (rows %.1f, tiles %.1f GB/s)", s.empty() ? "" : "; ", type.c_str(),
-                  d.way == cpu::OneRowWay::kTiles ? "tiles" : "rows", d.rows_gbps, d.tiles_gbps);
-    s += b;
-  }
-  if (!s.empty()) std::printf("(decode mul_mats, measured: %s)\n", s.c_str());
+// What the backend chose by timing (the CPU: how decode matmuls read each weight type; CUDA: mmq
+// or cuBLAS per matmul shape); ways it did not time (too few bytes, forced) are not listed. To
+// stderr beside --json output.
+void print_measured_choices(const std::string& device, FILE* out) {
+  for (const std::string& line : measured_choices(device)) std::fprintf(out, "(measured: %s)\n", line.c_str());
 }
 
 double median(std::vector<double> v) {
@@ -304,16 +295,24 @@ int run_bench(const BenchArgs& a) {
     return kExitFailure;
   }
   const int threads = a.threads > 0 ? a.threads : cpu::ThreadPool::physical_cores();
-  if (!a.parallel.empty()) return run_batched(a, *model, text, decode_bytes, threads);
-  const ModelSize size{name, weight_bytes, decode_bytes, params};
-  if (const int rc = run_single(a, *model, size, threads); rc != kExitOk || a.and_parallel.empty()) return rc;
-  // The batched test on the same model (built once), with its own prompt and generation sizes.
-  BenchArgs b = a;
-  b.parallel = a.and_parallel;
-  b.n_prompt = a.parallel_prompt;
-  b.n_gen = a.parallel_gen;
-  std::fflush(stdout);
-  return run_batched(b, *model, text, decode_bytes, threads);
+  int rc = kExitOk;
+  if (!a.parallel.empty()) {
+    rc = run_batched(a, *model, text, decode_bytes, threads);
+  } else {
+    const ModelSize size{name, weight_bytes, decode_bytes, params};
+    rc = run_single(a, *model, size, threads);
+    if (rc == kExitOk && !a.and_parallel.empty()) {
+      // The batched test on the same model (built once), with its own prompt and generation sizes.
+      BenchArgs b = a;
+      b.parallel = a.and_parallel;
+      b.n_prompt = a.parallel_prompt;
+      b.n_gen = a.parallel_gen;
+      std::fflush(stdout);
+      rc = run_batched(b, *model, text, decode_bytes, threads);
+    }
+  }
+  if (rc == kExitOk) print_measured_choices(a.device, a.json ? stderr : stdout);
+  return rc;
 }
 
 // llama-bench style: pp (one batch of n_prompt tokens) and tg (n_gen tokens one at a time),
@@ -419,11 +418,10 @@ int run_single(const BenchArgs& a, const std::shared_ptr<const Model>& model, co
   if (bw > 0 && a.bandwidth > 0)
     std::printf("(median of %d; device %s; read bandwidth %.1f GB/s as given)\n", a.reps, a.device.c_str(), bw);
   else if (bw > 0)
-    std::printf("(median of %d; cpu kernels %s; machine read bandwidth %.1f GB/s, %d threads)\n", a.reps, kernels, bw,
-                threads);
+    std::printf("(median of %d; cpu kernels %s; machine read bandwidth %.1f GB/s, %d thread%s)\n", a.reps, kernels,
+                bw, threads, threads == 1 ? "" : "s");
   else if (a.device == "cpu") std::printf("(median of %d; device cpu, kernels %s)\n", a.reps, kernels);
   else std::printf("(median of %d; device %s)\n", a.reps, a.device.c_str());
-  print_one_row_ways();
   return kExitOk;
 }
 

@@ -73,7 +73,7 @@ class CpuBackend final : public Backend {
  public:
   CpuBackend(int n_threads, Communicator* comm, int rank)
       : pool_(n_threads), scratch_(static_cast<size_t>(pool_.size())), barrier_(pool_.size()), comm_(comm),
-        rank_(rank) {}
+        rank_(rank), one_row_(pool_.size()) {}
 
   std::string_view name() const override { return "cpu"; }
   bool is_host() const override { return true; }

@@ -4,11 +4,13 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
 
 #include "backends/cpu/cpu_features.h"
+#include "formats/quant/types.h"
 
 namespace kite::cpu {
 namespace {
@@ -20,8 +22,8 @@ constexpr double kTilesMargin = 1.03;
 constexpr int kMeasure = -1;
 int way_from_env() {
   const char* v = std::getenv("KITE_CPU_DECODE");
-  if (v != nullptr && std::strcmp(v, "rows") == 0) return static_cast<int>(OneRowWay::kRows);
-  if (v != nullptr && std::strcmp(v, "tiles") == 0) return static_cast<int>(OneRowWay::kTiles);
+  for (const OneRowWay w : {OneRowWay::kRows, OneRowWay::kRows4, OneRowWay::kTiles})
+    if (v != nullptr && std::strcmp(v, one_row_way_name(w)) == 0) return static_cast<int>(w);
   return kMeasure;
 }
 std::atomic<int> g_forced{way_from_env()};
@@ -29,11 +31,16 @@ std::atomic<int> g_forced{way_from_env()};
 std::mutex g_mu;
 std::vector<OneRowDecision> g_decisions;  // guarded by g_mu
 
-// The decision for (level, type), or kMeasure. Caller holds g_mu.
-int find_decision(const char* level, DType t) {
-  for (const OneRowDecision& d : g_decisions)
-    if (d.level == level && d.type == t) return static_cast<int>(d.way);
-  return kMeasure;
+// The decision for (level, type) at `threads`, else any thread count's (nullptr: none). Caller
+// holds g_mu.
+const OneRowDecision* find_decision(const char* level, DType t, int threads) {
+  const OneRowDecision* other = nullptr;
+  for (const OneRowDecision& d : g_decisions) {
+    if (d.level != level || d.type != t) continue;
+    if (d.threads == threads) return &d;
+    other = &d;
+  }
+  return other;
 }
 
 // Bytes a calibration pass reads: twice the last-level cache, so that each pass finds the
@@ -46,6 +53,15 @@ double pass_bytes() {
 
 }  // namespace
 
+const char* one_row_way_name(OneRowWay way) {
+  switch (way) {
+    case OneRowWay::kRows: return "rows";
+    case OneRowWay::kRows4: return "rows4";
+    case OneRowWay::kTiles: return "tiles";
+  }
+  return "?";
+}
+
 void set_one_row_way(std::optional<OneRowWay> way) {
   g_forced.store(way ? static_cast<int>(*way) : kMeasure, std::memory_order_relaxed);
 }
@@ -53,6 +69,26 @@ void set_one_row_way(std::optional<OneRowWay> way) {
 std::vector<OneRowDecision> one_row_decisions() {
   std::lock_guard<std::mutex> lock(g_mu);
   return g_decisions;
+}
+
+std::vector<std::string> one_row_report() {
+  std::vector<std::string> lines;
+  for (const OneRowDecision& d : one_row_decisions()) {
+    const quant::TypeTraits* tr = quant::find_traits(d.type);
+    std::string s = "decode " + (tr != nullptr ? std::string(tr->name) : "?") + ": " + one_row_way_name(d.way) +
+                    " at " + std::to_string(d.threads) + (d.threads == 1 ? " thread (" : " threads (");
+    const char* sep = "";
+    for (const OneRowWay w : {OneRowWay::kRows, OneRowWay::kRows4, OneRowWay::kTiles}) {
+      const double gbps = w == OneRowWay::kRows ? d.rows_gbps : w == OneRowWay::kRows4 ? d.rows4_gbps : d.tiles_gbps;
+      if (gbps <= 0) continue;
+      char b[64];
+      std::snprintf(b, sizeof b, "%s%s %.1f", sep, one_row_way_name(w), gbps);
+      s += b;
+      sep = ", ";
+    }
+    lines.push_back(s + " GB/s)");
+  }
+  return lines;
 }
 
 void reset_one_row_decisions() {
@@ -65,42 +101,61 @@ void OneRowTuner::prepare(std::span<Tensor* const> nodes, const TimeNode& time_n
   if (level != level_) way_.fill(kMeasure), level_ = level;
   if (g_forced.load(std::memory_order_relaxed) != kMeasure) return;
   for (Tensor* n : nodes) {
-    if (!one_row_has_choice(n)) continue;
+    if (one_row_choices(n) == 0) continue;
     const DType t = n->src[0]->type;
-    int8_t& w = way_[static_cast<size_t>(t)];
-    if (w != kMeasure) continue;
-    {
-      std::lock_guard<std::mutex> lock(g_mu);
-      w = static_cast<int8_t>(find_decision(simd_level_name(static_cast<SimdLevel>(level_)), t));
-    }
-    if (w == kMeasure) decide(t, nodes, time_node);
+    if (way_[static_cast<size_t>(t)] == kMeasure) decide(t, nodes, time_node);
   }
 }
 
 OneRowWay OneRowTuner::way(const Tensor* n) const {
-  if (!one_row_has_choice(n)) return OneRowWay::kRows;
-  if (const int f = g_forced.load(std::memory_order_relaxed); f != kMeasure) return static_cast<OneRowWay>(f);
-  const int w = way_[static_cast<size_t>(n->src[0]->type)];
-  return w == kMeasure ? OneRowWay::kRows : static_cast<OneRowWay>(w);
+  const unsigned ways = one_row_choices(n);
+  if (ways == 0) return OneRowWay::kRows;
+  int w = g_forced.load(std::memory_order_relaxed);
+  if (w == kMeasure) w = way_[static_cast<size_t>(n->src[0]->type)];
+  if (w == kMeasure) return OneRowWay::kRows;
+  const auto way = static_cast<OneRowWay>(w);
+  return ways & one_row_bit(way) ? way : OneRowWay::kRows;
 }
 
 void OneRowTuner::decide(DType t, std::span<Tensor* const> nodes, const TimeNode& time_node) {
-  // Copies of the step's one-row mul_mats of type t, in graph order, up to a pass's bytes: the
-  // same weights, against one activation row of ones into a scratch output, without bias.
+  const char* level = simd_level_name(static_cast<SimdLevel>(level_));
+  int8_t& decided = way_[static_cast<size_t>(t)];
+  // The step's one-row mul_mats of type t, and the ways they have.
+  std::vector<Tensor*> of_type;
+  unsigned ways = 0;
+  double total = 0;
+  for (Tensor* n : nodes)
+    if (const unsigned w = one_row_choices(n); w != 0 && n->src[0]->type == t) {
+      of_type.push_back(n);
+      ways |= w;
+      total += static_cast<double>(n->src[0]->nbytes());
+    }
+  const bool four = (ways & one_row_bit(OneRowWay::kRows4)) != 0;
+  // Which ways to time: all, or one row against four where a backend of another thread count
+  // decided for the rows (in place it decided for every thread count).
+  std::vector<OneRowWay> timed = {OneRowWay::kRows};
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    if (const OneRowDecision* d = find_decision(level, t, threads_)) {
+      if (d->threads == threads_ || d->way == OneRowWay::kTiles || !four) {
+        decided = static_cast<int8_t>(d->way);
+        return;
+      }
+    } else if (ways & one_row_bit(OneRowWay::kTiles)) {
+      timed.push_back(OneRowWay::kTiles);
+    }
+  }
+  if (total < kSmallBytes) {  // fits in caches, and decode takes no time: the row kernels, unmeasured
+    decided = static_cast<int8_t>(four ? OneRowWay::kRows4 : OneRowWay::kRows);
+    return;
+  }
+  if (four) timed.push_back(OneRowWay::kRows4);
+
+  // Copies of those mul_mats in graph order, up to a pass's bytes: the same weights, against one
+  // activation row of ones into a scratch output, without bias.
   struct Copy {
     Tensor x, y;
   };
-  std::vector<Tensor*> of_type;
-  double total = 0;
-  for (Tensor* n : nodes)
-    if (one_row_has_choice(n) && n->src[0]->type == t) {
-      of_type.push_back(n);
-      total += static_cast<double>(n->src[0]->nbytes());
-    }
-  if (total < kSmallBytes) {  // fits in caches, and decode takes no time: the row kernels, unmeasured
-    way_[static_cast<size_t>(t)] = static_cast<int8_t>(OneRowWay::kRows);
-    return;
-  }
   std::vector<Copy> copies;
   std::vector<float> x, y;
   double bytes = 0;
@@ -123,25 +178,37 @@ void OneRowTuner::decide(DType t, std::span<Tensor* const> nodes, const TimeNode
   }
   for (Copy& c : copies) c.x.data = x.data(), c.y.data = y.data(), c.y.src[1] = &c.x;
   // An untimed pass first (it maps the weights' pages into this process where no step has yet),
-  // then ABBA passes until each way has read kMinBytes.
+  // then the ways forward and back (ABC, CBA: a drift of the host's speed weighs on each alike)
+  // until each has read kMinBytes.
   for (Copy& c : copies) time_node(&c.y, OneRowWay::kRows);
-  std::array<double, 2> seconds{}, read{};
-  while (std::min(read[0], read[1]) < kMinBytes) {
-    for (const int w : {0, 1, 1, 0}) {
-      for (Copy& c : copies) seconds[w] += time_node(&c.y, static_cast<OneRowWay>(w));
-      read[w] += bytes;
-    }
+  std::array<double, 3> seconds{}, read{};
+  auto pass = [&](OneRowWay w) {
+    const auto i = static_cast<size_t>(w);
+    for (Copy& c : copies) seconds[i] += time_node(&c.y, w);
+    read[i] += bytes;
+  };
+  while (read[0] < kMinBytes) {
+    for (auto it = timed.begin(); it != timed.end(); ++it) pass(*it);
+    for (auto it = timed.rbegin(); it != timed.rend(); ++it) pass(*it);
   }
-  const double rows = read[0] / seconds[0] / 1e9, tiles = read[1] / seconds[1] / 1e9;
-  const OneRowWay way = tiles > rows * kTilesMargin ? OneRowWay::kTiles : OneRowWay::kRows;
-  const char* level = simd_level_name(static_cast<SimdLevel>(level_));
+  std::array<double, 3> gbps{};
+  for (const OneRowWay w : timed)
+    gbps[static_cast<size_t>(w)] = read[static_cast<size_t>(w)] / seconds[static_cast<size_t>(w)] / 1e9;
+  const double rows = gbps[static_cast<size_t>(OneRowWay::kRows)];
+  const double rows4 = gbps[static_cast<size_t>(OneRowWay::kRows4)];
+  const double tiles = gbps[static_cast<size_t>(OneRowWay::kTiles)];
+  OneRowWay way = rows4 > rows ? OneRowWay::kRows4 : OneRowWay::kRows;
+  if (tiles > std::max(rows, rows4) * kTilesMargin) way = OneRowWay::kTiles;
   std::lock_guard<std::mutex> lock(g_mu);
-  int w = find_decision(level, t);  // another backend's, if it got there first
-  if (w == kMeasure) {
-    g_decisions.push_back({level, t, way, rows, tiles});
-    w = static_cast<int>(way);
+  const OneRowDecision* d = find_decision(level, t, threads_);  // another backend's, if it got there first
+  if (d != nullptr && d->threads == threads_) {
+    way = d->way;
+  } else {
+    if (d != nullptr && (d->way == OneRowWay::kTiles) != (way == OneRowWay::kTiles))  // its bits, not ours
+      way = d->way == OneRowWay::kTiles ? OneRowWay::kTiles : rows4 > rows ? OneRowWay::kRows4 : OneRowWay::kRows;
+    g_decisions.push_back({level, t, threads_, way, rows, rows4, tiles});
   }
-  way_[static_cast<size_t>(t)] = static_cast<int8_t>(w);
+  decided = static_cast<int8_t>(way);
 }
 
 }  // namespace kite::cpu

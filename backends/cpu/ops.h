@@ -28,10 +28,12 @@ class Barrier {
 };
 
 // How a mul_mat of one activation row (a decode step) reads quantized weights: row by row (the
-// one-row dot kernels, a software prefetch running ahead of each row) or many rows at a time in
-// place (wgemm's 16, else gemm8's 8: as many streams from DRAM at once). The CPU backend picks
-// per weight type by measurement (one_row.h); nodes with no choice ignore it.
-enum class OneRowWay : uint8_t { kRows, kTiles };
+// one-row kernels, a software prefetch running ahead of each row), four rows a call where the
+// level has such a kernel for the type (gemv4: the same bits as one at a time), or many rows at a
+// time in place (wgemm's 16, else gemm8's 8: as many streams from DRAM at once; other bits). The
+// CPU backend picks per weight type by measurement (one_row.h); a node without a way takes kRows.
+enum class OneRowWay : uint8_t { kRows, kTiles, kRows4 };
+inline constexpr unsigned one_row_bit(OneRowWay w) { return 1u << static_cast<unsigned>(w); }
 
 struct KernelCtx {
   int ith = 0;
@@ -47,9 +49,9 @@ struct KernelCtx {
 
 // Bytes of shared scratch an op needs (0 for most ops), run with `one_row`.
 size_t op_shared_bytes(const Tensor* dst, OneRowWay one_row = OneRowWay::kRows);
-// Whether `dst` is a mul_mat of one activation row that the active SIMD level can run either
-// OneRowWay (quantized weights with a one-row kernel and an in-place one).
-bool one_row_has_choice(const Tensor* dst);
+// The ways (one_row_bit) beyond kRows in which the active SIMD level can run `dst`, a mul_mat of
+// one activation row with quantized weights; 0 for every other node.
+unsigned one_row_choices(const Tensor* dst);
 
 // [begin, end) of `n` items for thread ith of nth.
 inline void split(int64_t n, const KernelCtx& c, int64_t* begin, int64_t* end) {

@@ -479,12 +479,16 @@ size_t op_shared_bytes(const Tensor* dst, OneRowWay one_row) {
   return act_row_bytes(f, w->ne[0]) * static_cast<size_t>(x->n_rows()) + 64;
 }
 
-bool one_row_has_choice(const Tensor* dst) {
-  if (dst->op != Op::kMulMat || dst->src[1]->n_rows() != 1) return false;
+unsigned one_row_choices(const Tensor* dst) {
+  if (dst->op != Op::kMulMat || dst->src[1]->n_rows() != 1) return 0;
   const MatmulKernels* mk = kernels_for(active_simd_level());
   const DType t = dst->src[0]->type;
-  if (fast_kernel(mk, t) == nullptr || matmul_path(mk, t, 1, OneRowWay::kRows) != MatmulPath::kDots) return false;
-  return matmul_path(mk, t, 1, OneRowWay::kTiles) != MatmulPath::kDots;
+  if (fast_kernel(mk, t) == nullptr || matmul_path(mk, t, 1, OneRowWay::kRows) != MatmulPath::kDots) return 0;
+  unsigned ways = 0;
+  if (matmul_path(mk, t, 1, OneRowWay::kTiles) != MatmulPath::kDots) ways |= one_row_bit(OneRowWay::kTiles);
+  if (gemv_kernel(mk, t) != nullptr && mk->gemv4[static_cast<size_t>(t)] != nullptr)
+    ways |= one_row_bit(OneRowWay::kRows4);
+  return ways;
 }
 
 void op_mul_mat_reference(Tensor* dst, const KernelCtx& c) {
@@ -590,13 +594,11 @@ void mul_mat_product(Tensor* dst, const KernelCtx& c) {
   const bool gemv_act = f == ActFormat::kQ8G || f == ActFormat::kQ8KG;  // (n == 1)
   if (gemv_act) row_dot[0] = gemv_kernel(mk, w->type);
   // Four rows a call (gemv4: the same bits, 1.5x the weight bytes a thread multiplies from
-  // cache) where two or more threads share the step. A lone thread keeps one row at a time: its
-  // single sequential stream pulled weights from DRAM faster than four interleaved ones (on a
-  // 2-core Zen 5 VM, tg of a 1B Q4_K_M at 1 thread 6% slower with gemv4; at 2 threads 6% faster
-  // in one phase of the host and 6% slower in a later, faster one: bench/RESULTS.md, so this
-  // choice is for the one-row tuner to measure next). The kernel asks for the four rows `gemv4_lead` on (at least
-  // kPrefetchAhead bytes) as it goes, past the chunk's end those of the chunk claimed next.
-  const Gemv4Fn gemv4 = gemv_act && c.nth >= 2 ? mk->gemv4[static_cast<size_t>(w->type)] : nullptr;
+  // cache) where the backend chose OneRowWay::kRows4: whether four interleaved streams or one
+  // pull the weights from DRAM faster depends on the host and the thread count (one_row.h). The
+  // kernel asks for the four rows `gemv4_lead` on (at least kPrefetchAhead bytes) as it goes,
+  // past the chunk's end those of the chunk claimed next.
+  const Gemv4Fn gemv4 = gemv_act && c.one_row == OneRowWay::kRows4 ? mk->gemv4[static_cast<size_t>(w->type)] : nullptr;
   const auto group_bytes = static_cast<int64_t>(4 * w->nb[1]);
   const int64_t gemv4_lead = 4 * std::max<int64_t>(1, (int64_t{kPrefetchAhead} + group_bytes - 1) / group_bytes);
   // A thread claims its next chunk before it multiplies one (see prefetch_ahead).

@@ -197,7 +197,9 @@ class CudaBackend final : public Backend {
       return ok_status();
     }
     KITE_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed));
+    scratch_.capturing = true;
     const Status run = run_eager(nodes);
+    scratch_.capturing = false;
     cudaGraph_t graph = nullptr;
     const cudaError_t end = cudaStreamEndCapture(s, &graph);
     cudaGraphExec_t exec = nullptr;

@@ -74,6 +74,7 @@ Result<std::unique_ptr<Device>> Device::open(int index) {
   d->name_ = prop.name;
   d->sm_count_ = std::max(1, prop.multiProcessorCount);
   d->cc_ = 10 * prop.major + prop.minor;
+  d->l2_bytes_ = static_cast<size_t>(std::max(0, prop.l2CacheSize));
   note_compute_capability(d->cc_);
   cudaStream_t s = nullptr;
   KITE_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));

@@ -73,6 +73,7 @@ class Device {
   int sm_count() const { return sm_count_; }
   // Compute capability as 10 * major + minor (90 for an H100/H200).
   int compute_capability() const { return cc_; }
+  size_t l2_bytes() const { return l2_bytes_; }  // the L2 cache
   cudaStream_t stream() const { return stream_.get(); }
   // The cuBLAS handle, created on first use (most steps never call cuBLAS; creating one costs
   // tens of milliseconds and memory), and the library's entry points (cublas_api.h).
@@ -122,6 +123,7 @@ class Device {
   std::string name_;
   int sm_count_ = 1;
   int cc_ = 0;
+  size_t l2_bytes_ = 0;
   std::unique_ptr<CUstream_st, StreamDestroy> stream_;
   std::unique_ptr<cublasContext, CublasDestroy> cublas_;
   const CublasApi* blas_ = nullptr;
@@ -160,6 +162,9 @@ struct OpScratch {
   // one compute() call (tensors are a step's), so the backend clears it when one starts, and
   // whenever one of those buffers is reallocated.
   Int8Activations int8;
+  // Set while the backend captures a CUDA graph: nothing may wait on the stream, so a matmul
+  // shape not yet timed (ops.cpp, mmq or cuBLAS) takes the default way untimed.
+  bool capturing = false;
 };
 Status run_node(Device& dev, OpScratch& scratch, Tensor* n);
 // Which fusions a step runs, read from the environment once per step (so tests can compare):

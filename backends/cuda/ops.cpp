@@ -1,13 +1,14 @@
 // Per-op launch on the device: unpacks a graph node into the kernels' argument structs
 // (kernels.h) and launches on the device's stream. No allocation after a shape's first step
-// (scratch only grows) and no synchronization.
+// (scratch only grows) and no synchronization, except in the step that times a new matmul
+// shape's two ways.
 //
 // mul_mat: up to kMaxMmvCols activation columns take the matrix-vector kernels (int8 __dp4a for
-// quantized weights, f32 for float weights); quantized weights with up to kMmqMaxCols columns
-// take the int8 tensor-core kernel (launch_mmq, split over k when its blocks alone would leave
-// SMs idle); more columns dequantize the weights chunk by chunk into scratch and call cuBLAS:
-// F16 x F16 -> F32 (tensor cores) for quantized weights, f32 SGEMM for float weights (their
-// results must match the CPU's f32 math closely).
+// quantized weights, f32 for float weights); more columns of quantized weights take the int8
+// tensor-core kernel (launch_mmq, split over k when its blocks alone would leave SMs idle) or
+// dequantize the weights chunk by chunk into scratch and call cuBLAS (F16 x F16 -> F32 on tensor
+// cores), whichever ran faster when the shape was first timed (kMmqMaxCols); float weights take
+// cuBLAS's f32 SGEMM (their results must match the CPU's f32 math closely).
 //
 // attention: rows of prefill chunks (a sequence's run of kAttentionTcMinRun+ rows) on tensor
 // cores where the shape allows (k_attention_tc.cu), decode rows on the CUDA-core kernel.
@@ -16,13 +17,19 @@
 // decode step of a llama layer is 5 launches instead of 24 (8 for a batch); every node's result
 // still lands where the planner put it, with the bits of its own kernel.
 #include <algorithm>
+#include <bit>
+#include <cstdio>
 #include <cstdlib>
 #include <initializer_list>
 #include <iterator>
+#include <map>
+#include <mutex>
 #include <string_view>
 
+#include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/device.h"
 #include "backends/cuda/kernels.h"
+#include "formats/quant/types.h"
 #include "src/core/graph.h"
 
 namespace kite::cuda {
@@ -64,20 +71,55 @@ bool uniform_rows(const Tensor* x) {
 
 #define KITE_LAUNCH(call) KITE_CUDA_CHECK(call)
 
-// Quantized weights with more than kMaxMmvCols and at most this many columns take the int8
-// tensor-core kernel (launch_mmq), which reads the quantized weights in place; more columns
-// (prefill) dequantize to F16 for cuBLAS. 256 is a guess until measured on a GPU.
+// Quantized weights with more than kMaxMmvCols activation columns run one of two ways: the int8
+// tensor-core kernel (launch_mmq, never below sm_80, which lacks its mma.sync shapes), which
+// reads the weights in place, or the weights dequantized to F16 chunk by chunk for cuBLAS. Which
+// is faster depends on the card, the weight type and the shape, so the first time a shape (the
+// device, the type, k, m, and the columns rounded up to a power of two) runs outside a graph
+// capture, it runs both ways, once each to warm up (cuBLAS opens, scratch grows) and then twice
+// each in the order cuBLAS, mmq, mmq, cuBLAS, with the activations' conversion counted in (mmq's
+// int8 quantization, cuBLAS's F16 one) and the weights read from device memory (L2 flushed
+// before each); the faster run of each decides, and the shape takes that
+// way in this process from then on (its last run leaves that way's bits in the output). An
+// undecided shape during a capture takes mmq up to kMmqMaxCols columns. KITE_CUDA_MMQ=0 never
+// takes mmq, =1 always (read per call, so tests can switch it), and neither times anything.
 constexpr int64_t kMmqMaxCols = 256;
 
-// Whether `cols` (> kMaxMmvCols) activation columns of a quantized weight take launch_mmq
-// (never below sm_80, which lacks its mma.sync shapes). KITE_CUDA_MMQ=0 never, =1 always (read
-// per call, so tests can switch it).
-bool use_mmq(const Device& dev, int64_t cols) {
-  if (dev.compute_capability() < 80) return false;
+struct MmqShape {
+  int device;
+  DType type;
+  int64_t k, m, cols;
+  auto operator<=>(const MmqShape&) const = default;
+};
+std::mutex g_mmq_mu;
+std::map<MmqShape, MatmulChoice> g_mmq_choices;  // guarded by g_mmq_mu
+
+MmqShape mmq_shape(const Device& dev, const Tensor* n) {
+  const Tensor* w = n->src[0];
+  return {dev.index(), w->type, w->ne[0], w->ne[1], static_cast<int64_t>(std::bit_ceil(
+                                                        static_cast<uint64_t>(n->src[1]->n_rows())))};
+}
+
+// KITE_CUDA_MMQ: 0 or 1 where it forces a way, else -1.
+int mmq_forced() {
   const char* env = std::getenv("KITE_CUDA_MMQ");
-  if (env != nullptr && env[0] == '0' && env[1] == '\0') return false;
-  if (env != nullptr && env[0] == '1' && env[1] == '\0') return true;
-  return cols <= kMmqMaxCols;
+  if (env != nullptr && (env[0] == '0' || env[0] == '1') && env[1] == '\0') return env[0] - '0';
+  return -1;
+}
+
+// The shape's timed choice: 0 or 1, or -1 where it has none.
+int mmq_chosen(const Device& dev, const Tensor* n) {
+  std::lock_guard<std::mutex> lock(g_mmq_mu);
+  const auto it = g_mmq_choices.find(mmq_shape(dev, n));
+  return it == g_mmq_choices.end() ? -1 : it->second.mmq;
+}
+
+// Whether quantized matmul n (more than kMaxMmvCols columns) takes launch_mmq now.
+bool use_mmq(const Device& dev, const Tensor* n) {
+  if (dev.compute_capability() < 80) return false;
+  if (const int f = mmq_forced(); f >= 0) return f == 1;
+  if (const int c = mmq_chosen(dev, n); c >= 0) return c == 1;
+  return n->src[1]->n_rows() <= kMmqMaxCols;
 }
 
 // Rows of a sequence with at least this many consecutive rows in the batch (a prefill chunk)
@@ -138,8 +180,7 @@ Result<Int8Activations> int8_activations(Device& dev, OpScratch& sc, const Tenso
 // A matmul whose activations go the int8 way (launch_quantize_act, then mmvq or mmq).
 bool int8_matmul(const Device& dev, const Tensor* n) {
   if (n->op != Op::kMulMat || is_float(n->src[0]->type)) return false;
-  const int64_t cols = n->src[1]->n_rows();
-  return cols <= kMaxMmvCols || use_mmq(dev, cols);
+  return n->src[1]->n_rows() <= kMaxMmvCols || use_mmq(dev, n);
 }
 
 // n zeroed counters (MatVecJob::glu_count, AttentionArgs::count: each launch leaves them zeroed).
@@ -150,11 +191,29 @@ Result<unsigned*> zeroed_counters(Device& dev, OpScratch& sc, int64_t n) {
   return static_cast<unsigned*>(p);
 }
 
-// A matmul of more than kMaxMmvCols columns (mul_mat) without its bias: launch_mmq, or cuBLAS.
-Status mul_mat_matrix(Device& dev, OpScratch& sc, Tensor* n, const Activations& act) {
+// A quantized matmul of more than kMaxMmvCols columns on launch_mmq, without its bias.
+Status mul_mat_mmq(Device& dev, OpScratch& sc, Tensor* n, const Activations& act) {
   const Tensor* w = n->src[0];
-  const Tensor* x = n->src[1];
-  const int64_t k = w->ne[0], m = w->ne[1], cols = x->n_rows();
+  const int64_t k = w->ne[0], m = w->ne[1], cols = n->src[1]->n_rows();
+  KITE_ASSIGN_OR_RETURN(uint8_t * wp, dev.address(w));
+  KITE_ASSIGN_OR_RETURN(uint8_t * dp, dev.address(n));
+  KITE_ASSIGN_OR_RETURN(const Int8Activations q, int8_activations(dev, sc, n->src[1], act));
+  float* partial = nullptr;
+  if (const int splits = mmq_splits(k, m, cols, dev.sm_count()); splits > 1) {
+    KITE_ASSIGN_OR_RETURN(void* pp, dev.scratch(sc.split, static_cast<size_t>(splits * m * cols) * sizeof(float),
+                                                "split-k partial sums"));
+    partial = static_cast<float*>(pp);
+  }
+  KITE_LAUNCH(launch_mmq(tid(w->type), wp, w->nb[1], k, m, q.q, q.ds, cols, reinterpret_cast<float*>(dp),
+                         static_cast<int64_t>(n->nb[1] / sizeof(float)), dev.sm_count(), partial, dev.stream()));
+  return ok_status();
+}
+
+// A matmul of more than kMaxMmvCols columns on cuBLAS, without its bias: f32 SGEMM for float
+// weights; quantized ones dequantized to F16 chunk by chunk into scratch, against F16 activations.
+Status mul_mat_cublas(Device& dev, OpScratch& sc, Tensor* n, const Activations& act) {
+  const Tensor* w = n->src[0];
+  const int64_t k = w->ne[0], m = w->ne[1], cols = n->src[1]->n_rows();
   const cudaStream_t s = dev.stream();
   KITE_ASSIGN_OR_RETURN(uint8_t * wp, dev.address(w));
   KITE_ASSIGN_OR_RETURN(uint8_t * dp, dev.address(n));
@@ -163,18 +222,6 @@ Status mul_mat_matrix(Device& dev, OpScratch& sc, Tensor* n, const Activations& 
   const size_t w_row = w->nb[1];
   const float* xf = act.x;
   const size_t ldx = act.ldx;
-  if (!is_float(w->type) && use_mmq(dev, cols)) {  // int8 tensor cores
-    KITE_ASSIGN_OR_RETURN(const Int8Activations q, int8_activations(dev, sc, x, act));
-    float* partial = nullptr;
-    if (const int splits = mmq_splits(k, m, cols, dev.sm_count()); splits > 1) {
-      KITE_ASSIGN_OR_RETURN(void* pp, dev.scratch(sc.split, static_cast<size_t>(splits * m * cols) * sizeof(float),
-                                                  "split-k partial sums"));
-      partial = static_cast<float*>(pp);
-    }
-    KITE_LAUNCH(launch_mmq(tid(w->type), wp, w_row, k, m, q.q, q.ds, cols, dst, ldd, dev.sm_count(), partial, s));
-    return ok_status();
-  }
-
   KITE_ASSIGN_OR_RETURN(cublasHandle_t h, dev.cublas());
   const float one = 1.f, zero = 0.f;
   const int ik = static_cast<int>(k), in = static_cast<int>(cols);
@@ -206,6 +253,57 @@ Status mul_mat_matrix(Device& dev, OpScratch& sc, Tensor* n, const Activations& 
     }
   }
   return ok_status();
+}
+
+// Times a quantized matmul shape both ways (see kMmqMaxCols) and keeps the faster; n's output
+// then holds that way's product. Without cuBLAS (a machine without its library) mmq, untimed.
+Status choose_mmq(Device& dev, OpScratch& sc, Tensor* n, const Activations& act) {
+  if (!dev.cublas().ok()) return mul_mat_mmq(dev, sc, n, act);  // (no cuBLAS here: nothing to time against)
+  cudaEvent_t start = nullptr, stop = nullptr;
+  KITE_CUDA_CHECK(cudaEventCreate(&start));
+  const std::unique_ptr<CUevent_st, decltype(&cudaEventDestroy)> start_guard(start, &cudaEventDestroy);
+  KITE_CUDA_CHECK(cudaEventCreate(&stop));
+  const std::unique_ptr<CUevent_st, decltype(&cudaEventDestroy)> stop_guard(stop, &cudaEventDestroy);
+  // Before each timed run, 2x the L2 cache's bytes written over, so that the weights come from
+  // device memory as in a model's step, not from L2 where the last run left them (unless the
+  // device has no room for it).
+  const size_t flush_bytes = 2 * dev.l2_bytes();
+  Result<DevicePtr> flush = flush_bytes > 0 ? dev.malloc(flush_bytes, "L2 flush") : make_error("no L2");
+  auto run = [&](bool mmq) -> Status {
+    sc.int8 = {};  // (mmq quantizes its activations each run, as when nothing made them before)
+    return mmq ? mul_mat_mmq(dev, sc, n, act) : mul_mat_cublas(dev, sc, n, act);
+  };
+  KITE_TRY(run(true));
+  KITE_TRY(run(false));
+  double best[2] = {1e30, 1e30};
+  for (const bool mmq : {false, true, true, false}) {
+    if (flush.ok()) KITE_CUDA_CHECK(cudaMemsetAsync(flush->get(), 0, flush_bytes, dev.stream()));
+    KITE_CUDA_CHECK(cudaEventRecord(start, dev.stream()));
+    KITE_TRY(run(mmq));
+    KITE_CUDA_CHECK(cudaEventRecord(stop, dev.stream()));
+    KITE_CUDA_CHECK(cudaEventSynchronize(stop));
+    float ms = 0;
+    KITE_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+    best[mmq] = std::min(best[mmq], static_cast<double>(ms));
+  }
+  const MmqShape shape = mmq_shape(dev, n);
+  bool mmq = best[1] <= best[0];
+  {
+    std::lock_guard<std::mutex> lock(g_mmq_mu);
+    const auto [it, added] = g_mmq_choices.try_emplace(
+        shape, MatmulChoice{shape.device, shape.type, shape.k, shape.m, shape.cols, mmq, best[1], best[0]});
+    mmq = it->second.mmq;  // (another backend's, if it got there first)
+  }
+  if (mmq) KITE_TRY(run(true));  // (the last timed run was cuBLAS's)
+  return ok_status();
+}
+
+// A matmul of more than kMaxMmvCols columns (mul_mat) without its bias: launch_mmq, or cuBLAS.
+Status mul_mat_matrix(Device& dev, OpScratch& sc, Tensor* n, const Activations& act) {
+  if (is_float(n->src[0]->type)) return mul_mat_cublas(dev, sc, n, act);
+  if (!sc.capturing && dev.compute_capability() >= 80 && mmq_forced() < 0 && mmq_chosen(dev, n) < 0)
+    return choose_mmq(dev, sc, n, act);
+  return use_mmq(dev, n) ? mul_mat_mmq(dev, sc, n, act) : mul_mat_cublas(dev, sc, n, act);
 }
 
 // What a mat-vec launch (MatVecJob) computes beside its products: `epilogue`, the swiglu of a
@@ -443,6 +541,33 @@ Status kv_write(Device& dev, const Tensor* n, const Tensor* second = nullptr) {
 }
 
 }  // namespace
+
+std::vector<MatmulChoice> cuda_matmul_choices() {
+  std::lock_guard<std::mutex> lock(g_mmq_mu);
+  std::vector<MatmulChoice> v;
+  for (const auto& [shape, c] : g_mmq_choices) v.push_back(c);
+  return v;
+}
+
+std::vector<std::string> cuda_matmul_report() {
+  std::vector<std::string> lines;
+  for (const MatmulChoice& c : cuda_matmul_choices()) {
+    const quant::TypeTraits* tr = quant::find_traits(static_cast<uint32_t>(c.type));
+    const std::string type = tr != nullptr ? std::string(tr->name) : "?";
+    char b[200];
+    std::snprintf(b, sizeof b, "cuda:%d %s %lld x %lld, %lld-%lld columns: %s (mmq %.3f ms, cuBLAS %.3f ms)", c.device,
+                  type.c_str(), static_cast<long long>(c.k), static_cast<long long>(c.m),
+                  static_cast<long long>(c.cols / 2 + 1), static_cast<long long>(c.cols), c.mmq ? "mmq" : "cuBLAS",
+                  c.mmq_ms, c.cublas_ms);
+    lines.emplace_back(b);
+  }
+  return lines;
+}
+
+void reset_cuda_matmul_choices() {
+  std::lock_guard<std::mutex> lock(g_mmq_mu);
+  g_mmq_choices.clear();
+}
 
 bool node_supported(const Tensor& n) {
   switch (n.op) {

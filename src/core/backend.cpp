@@ -12,6 +12,7 @@ struct Entry {
   std::string name;
   BackendFactory factory;
   DeviceLister lister;  // (register_device_lister)
+  ChoiceReporter choices;  // (register_choice_reporter)
 };
 
 struct Registry {
@@ -63,7 +64,7 @@ static Result<Entry> find_entry(std::string_view name) {
 void register_backend(std::string name, BackendFactory factory) {
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mu);
-  r.entries.push_back({std::move(name), std::move(factory), nullptr});
+  r.entries.push_back({std::move(name), std::move(factory), nullptr, nullptr});
 }
 
 void register_device_lister(std::string backend, DeviceLister lister) {
@@ -71,6 +72,13 @@ void register_device_lister(std::string backend, DeviceLister lister) {
   std::lock_guard<std::mutex> lock(r.mu);
   for (auto& e : r.entries)
     if (e.name == backend) e.lister = std::move(lister);
+}
+
+void register_choice_reporter(std::string backend, ChoiceReporter reporter) {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  for (auto& e : r.entries)
+    if (e.name == backend) e.choices = std::move(reporter);
 }
 
 std::vector<std::string> backend_names() {
@@ -102,6 +110,11 @@ Result<std::vector<DeviceInfo>> list_devices(std::string_view backend) {
   KITE_ASSIGN_OR_RETURN(const Entry e, find_entry(backend));
   if (!e.lister) return make_error(backend, ": this backend does not list its devices");
   return e.lister();
+}
+
+std::vector<std::string> measured_choices(std::string_view backend) {
+  const Result<Entry> e = find_entry(backend.substr(0, backend.find(':')));
+  return e.ok() && e->choices ? e->choices() : std::vector<std::string>{};
 }
 
 }  // namespace kite

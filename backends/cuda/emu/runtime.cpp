@@ -301,6 +301,7 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
   prop->warpSize = 32;
   prop->maxThreadsPerBlock = 1024;
   prop->sharedMemPerBlock = kMaxDynamicShared;
+  prop->l2CacheSize = 4 << 20;
   return cudaSuccess;
 }
 

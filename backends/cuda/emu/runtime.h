@@ -46,6 +46,7 @@ struct cudaDeviceProp {
   int warpSize;
   int maxThreadsPerBlock;
   size_t sharedMemPerBlock;
+  int l2CacheSize;
 };
 enum cudaDeviceAttr { cudaDevAttrMaxThreadsPerBlock = 1, cudaDevAttrMultiProcessorCount = 16 };
 
