@@ -146,7 +146,7 @@ TEST_CASE("cuda: mmq matches the CPU backend and the int8 model, every quantized
   }
 }
 
-TEST_CASE("cuda: mmq or cuBLAS per shape, timed at first use; KITE_CUDA_MMQ forces one") {
+TEST_CASE("cuda: mmq or cuBLAS per shape, timed at first use, or forced by KITE_CUDA_MMQ") {
   auto cuda = cuda_or_skip();
   if (!cuda) return;
 #ifdef KITE_CUDA
