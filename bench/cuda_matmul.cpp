@@ -2,8 +2,8 @@
 // activation width, both ways it can run: the int8 tensor-core kernel (mmq; KITE_CUDA_MMQ=1) and
 // dequantize-to-F16 + cuBLAS (KITE_CUDA_MMQ=0). Up to 8 columns both settings take the mat-vec
 // kernels (mmvq). The table says which is faster per type and width: what the backend's own
-// timing of each new shape chooses between (backends/cuda/ops.cpp; bench/cuda-device.sh runs
-// this on a lent GPU).
+// timing of each new shape chooses between (backends/cuda/ops_matmul.cpp; bench/cuda-device.sh
+// runs this on a lent GPU).
 //
 //   kite-cuda-matmul [--device cuda] [--types q4_K,q4_0,q8_0,q6_K] [--cols 1,16,...]
 //                    [--shapes 8b|tiny] [--reps 5] [--min-mib 384]

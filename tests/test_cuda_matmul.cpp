@@ -198,6 +198,32 @@ TEST_CASE("cuda: mmq or cuBLAS per shape, timed at first use, or forced by KITE_
     mul_mat_on(*cuda, t, wb, randn(static_cast<size_t>(k * 40), seed++), k, m, 40);
   }
   CHECK(cuda::cuda_matmul_choices().empty());
+#ifdef KITE_CUDA_EMU
+  // Where cuBLAS's F16 weight scratch (here 8 MiB) does not fit in device memory, the shape keeps
+  // mmq, untimed, and the step still succeeds with mmq's bits.
+  {
+    const int64_t k2 = 2048, m2 = 2048, n2 = 16;
+    const std::vector<uint8_t> wb = encode(t, randn(static_cast<size_t>(k2 * m2), seed++), m2, k2);
+    const std::vector<float> xf = randn(static_cast<size_t>(k2 * n2), seed++);
+    auto small = cuda_or_skip();  // (a backend with no scratch grown yet)
+    REQUIRE(small);
+    std::vector<float> got, mmq;
+    {
+      const ScopedEnv memory("KITE_CUDA_EMU_MEMORY_MB", "6");
+      got = mul_mat_on(*small, t, wb, xf, k2, m2, n2);
+    }
+    {
+      const MmqEnv env("1");
+      mmq = mul_mat_on(*small, t, wb, xf, k2, m2, n2);
+    }
+    const std::vector<cuda::MatmulChoice> choices = cuda::cuda_matmul_choices();
+    REQUIRE(choices.size() == 1);
+    CHECK(choices[0].mmq);
+    CHECK(choices[0].cublas_ms == 0);
+    CHECK(got == mmq);
+    CHECK(measured_choices("cuda")[0].find("cuBLAS could not run") != std::string::npos);
+  }
+#endif
 #endif
 }
 

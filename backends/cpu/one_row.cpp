@@ -197,15 +197,15 @@ void OneRowTuner::decide(DType t, std::span<Tensor* const> nodes, const TimeNode
   const double rows = gbps[static_cast<size_t>(OneRowWay::kRows)];
   const double rows4 = gbps[static_cast<size_t>(OneRowWay::kRows4)];
   const double tiles = gbps[static_cast<size_t>(OneRowWay::kTiles)];
-  OneRowWay way = rows4 > rows ? OneRowWay::kRows4 : OneRowWay::kRows;
-  if (tiles > std::max(rows, rows4) * kTilesMargin) way = OneRowWay::kTiles;
+  const OneRowWay best_rows = rows4 > rows ? OneRowWay::kRows4 : OneRowWay::kRows;
+  OneRowWay way = tiles > std::max(rows, rows4) * kTilesMargin ? OneRowWay::kTiles : best_rows;
   std::lock_guard<std::mutex> lock(g_mu);
   const OneRowDecision* d = find_decision(level, t, threads_);  // another backend's, if it got there first
   if (d != nullptr && d->threads == threads_) {
     way = d->way;
   } else {
-    if (d != nullptr && (d->way == OneRowWay::kTiles) != (way == OneRowWay::kTiles))  // its bits, not ours
-      way = d->way == OneRowWay::kTiles ? OneRowWay::kTiles : rows4 > rows ? OneRowWay::kRows4 : OneRowWay::kRows;
+    if (d != nullptr)  // another thread count's: its rows or tiles (their bits), then our faster rows
+      way = d->way == OneRowWay::kTiles ? OneRowWay::kTiles : best_rows;
     g_decisions.push_back({level, t, threads_, way, rows, rows4, tiles});
   }
   decided = static_cast<int8_t>(way);

@@ -53,14 +53,14 @@ Result<BandwidthReport> cuda_measure_bandwidth(int device, size_t bytes = size_t
 // A quantized matmul shape with more columns than the mat-vec kernels take, which the backend
 // timed both ways the first time it ran (outside a graph capture): the int8 tensor-core kernel
 // (mmq) and dequantize-to-F16 + cuBLAS. Every matmul of the shape takes the faster from then on
-// in this process (ops.cpp).
+// in this process (ops_matmul.cpp).
 struct MatmulChoice {
   int device = 0;
   DType type = DType::F32;
   int64_t k = 0, m = 0;  // the weight: m rows of k
   int64_t cols = 0;      // activation columns rounded up to a power of two (cols/2+1 .. cols)
   bool mmq = false;
-  double mmq_ms = 0, cublas_ms = 0;  // each way's faster timed run
+  double mmq_ms = 0, cublas_ms = 0;  // each way's faster timed run (0: not timed, cuBLAS could not run)
 };
 std::vector<MatmulChoice> cuda_matmul_choices();
 // The choices as lines ("q4_K 4096 x 14336, 33-64 columns: mmq (mmq 0.210 ms, cuBLAS 0.352 ms)"),

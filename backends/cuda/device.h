@@ -163,7 +163,7 @@ struct OpScratch {
   // whenever one of those buffers is reallocated.
   Int8Activations int8;
   // Set while the backend captures a CUDA graph: nothing may wait on the stream, so a matmul
-  // shape not yet timed (ops.cpp, mmq or cuBLAS) takes the default way untimed.
+  // shape not yet timed (ops_matmul.cpp: mmq or cuBLAS) takes the default way untimed.
   bool capturing = false;
 };
 Status run_node(Device& dev, OpScratch& scratch, Tensor* n);

@@ -4,11 +4,8 @@
 // shape's two ways.
 //
 // mul_mat: up to kMaxMmvCols activation columns take the matrix-vector kernels (int8 __dp4a for
-// quantized weights, f32 for float weights); more columns of quantized weights take the int8
-// tensor-core kernel (launch_mmq, split over k when its blocks alone would leave SMs idle) or
-// dequantize the weights chunk by chunk into scratch and call cuBLAS (F16 x F16 -> F32 on tensor
-// cores), whichever ran faster when the shape was first timed (kMmqMaxCols); float weights take
-// cuBLAS's f32 SGEMM (their results must match the CPU's f32 math closely).
+// quantized weights, f32 for float weights); more columns the matrix path (ops_matmul.cpp: the
+// int8 tensor-core kernel or cuBLAS, whichever ran faster when the shape was first timed).
 //
 // attention: rows of prefill chunks (a sequence's run of kAttentionTcMinRun+ rows) on tensor
 // cores where the shape allows (k_attention_tc.cu), decode rows on the CUDA-core kernel.
@@ -17,29 +14,18 @@
 // decode step of a llama layer is 5 launches instead of 24 (8 for a batch); every node's result
 // still lands where the planner put it, with the bits of its own kernel.
 #include <algorithm>
-#include <bit>
-#include <cstdio>
 #include <cstdlib>
 #include <initializer_list>
 #include <iterator>
-#include <map>
-#include <mutex>
 #include <string_view>
 
-#include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/device.h"
 #include "backends/cuda/kernels.h"
-#include "formats/quant/types.h"
+#include "backends/cuda/ops_matmul.h"
 #include "src/core/graph.h"
 
 namespace kite::cuda {
 namespace {
-
-constexpr size_t kWeightChunkElems = size_t{64} << 20;  // dequantized weight scratch (elements)
-
-int tid(DType t) { return static_cast<int>(t); }
-
-bool is_float(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; }
 
 bool weight_type_ok(DType t) { return is_float(t) || quant_type_supported(tid(t)); }
 
@@ -69,59 +55,6 @@ bool uniform_rows(const Tensor* x) {
          x->nb[2] == x->nb[1] * static_cast<size_t>(x->ne[1]) && x->nb[3] == x->nb[2] * static_cast<size_t>(x->ne[2]);
 }
 
-#define KITE_LAUNCH(call) KITE_CUDA_CHECK(call)
-
-// Quantized weights with more than kMaxMmvCols activation columns run one of two ways: the int8
-// tensor-core kernel (launch_mmq, never below sm_80, which lacks its mma.sync shapes), which
-// reads the weights in place, or the weights dequantized to F16 chunk by chunk for cuBLAS. Which
-// is faster depends on the card, the weight type and the shape, so the first time a shape (the
-// device, the type, k, m, and the columns rounded up to a power of two) runs outside a graph
-// capture, it runs both ways, once each to warm up (cuBLAS opens, scratch grows) and then twice
-// each in the order cuBLAS, mmq, mmq, cuBLAS, with the activations' conversion counted in (mmq's
-// int8 quantization, cuBLAS's F16 one) and the weights read from device memory (L2 flushed
-// before each); the faster run of each decides, and the shape takes that
-// way in this process from then on (its last run leaves that way's bits in the output). An
-// undecided shape during a capture takes mmq up to kMmqMaxCols columns. KITE_CUDA_MMQ=0 never
-// takes mmq, =1 always (read per call, so tests can switch it), and neither times anything.
-constexpr int64_t kMmqMaxCols = 256;
-
-struct MmqShape {
-  int device;
-  DType type;
-  int64_t k, m, cols;
-  auto operator<=>(const MmqShape&) const = default;
-};
-std::mutex g_mmq_mu;
-std::map<MmqShape, MatmulChoice> g_mmq_choices;  // guarded by g_mmq_mu
-
-MmqShape mmq_shape(const Device& dev, const Tensor* n) {
-  const Tensor* w = n->src[0];
-  return {dev.index(), w->type, w->ne[0], w->ne[1], static_cast<int64_t>(std::bit_ceil(
-                                                        static_cast<uint64_t>(n->src[1]->n_rows())))};
-}
-
-// KITE_CUDA_MMQ: 0 or 1 where it forces a way, else -1.
-int mmq_forced() {
-  const char* env = std::getenv("KITE_CUDA_MMQ");
-  if (env != nullptr && (env[0] == '0' || env[0] == '1') && env[1] == '\0') return env[0] - '0';
-  return -1;
-}
-
-// The shape's timed choice: 0 or 1, or -1 where it has none.
-int mmq_chosen(const Device& dev, const Tensor* n) {
-  std::lock_guard<std::mutex> lock(g_mmq_mu);
-  const auto it = g_mmq_choices.find(mmq_shape(dev, n));
-  return it == g_mmq_choices.end() ? -1 : it->second.mmq;
-}
-
-// Whether quantized matmul n (more than kMaxMmvCols columns) takes launch_mmq now.
-bool use_mmq(const Device& dev, const Tensor* n) {
-  if (dev.compute_capability() < 80) return false;
-  if (const int f = mmq_forced(); f >= 0) return f == 1;
-  if (const int c = mmq_chosen(dev, n); c >= 0) return c == 1;
-  return n->src[1]->n_rows() <= kMmqMaxCols;
-}
-
 // Rows of a sequence with at least this many consecutive rows in the batch (a prefill chunk)
 // take the tensor-core attention kernel where it applies (attention_tc_ok); the others (decode,
 // short drafts) the CUDA-core kernel, whose blocks spread one token's keys over four warps. 16 is
@@ -137,13 +70,6 @@ int attention_tc_min_run(const AttentionArgs& a) {
   if (env != nullptr && env[0] == '1' && env[1] == '\0') return 1;
   return a.n_tok >= kAttentionTcMinRun ? kAttentionTcMinRun : 0;
 }
-
-// Where a matmul's activations are read from: x as columns ldx floats apart (made contiguous in
-// scratch when x's rows are not equally spaced).
-struct Activations {
-  const float* x = nullptr;
-  size_t ldx = 0;
-};
 
 Result<Activations> activations(Device& dev, OpScratch& sc, const Tensor* x) {
   const int64_t k = x->ne[0], cols = x->n_rows();
@@ -167,8 +93,8 @@ Result<Int8Activations> int8_scratch(Device& dev, OpScratch& sc, const Tensor* x
   return Int8Activations{x, static_cast<int8_t*>(qp), static_cast<float*>(dsp)};
 }
 
-// x's int8 activations: quantized now, unless the scratch already holds them (the matmul before
-// this one had the same input, or a fused rms_norm, attention or gate/up launch made them).
+}  // namespace
+
 Result<Int8Activations> int8_activations(Device& dev, OpScratch& sc, const Tensor* x, const Activations& a) {
   if (sc.int8.of == x) return sc.int8;
   KITE_ASSIGN_OR_RETURN(Int8Activations q, int8_scratch(dev, sc, x));
@@ -176,6 +102,8 @@ Result<Int8Activations> int8_activations(Device& dev, OpScratch& sc, const Tenso
   sc.int8 = q;
   return q;
 }
+
+namespace {
 
 // A matmul whose activations go the int8 way (launch_quantize_act, then mmvq or mmq).
 bool int8_matmul(const Device& dev, const Tensor* n) {
@@ -189,121 +117,6 @@ Result<unsigned*> zeroed_counters(Device& dev, OpScratch& sc, int64_t n) {
   KITE_ASSIGN_OR_RETURN(void* p, dev.scratch(sc.count, static_cast<size_t>(n) * sizeof(unsigned), "counter"));
   if (p != before) KITE_CUDA_CHECK(cudaMemsetAsync(p, 0, sc.count.bytes, dev.stream()));
   return static_cast<unsigned*>(p);
-}
-
-// A quantized matmul of more than kMaxMmvCols columns on launch_mmq, without its bias.
-Status mul_mat_mmq(Device& dev, OpScratch& sc, Tensor* n, const Activations& act) {
-  const Tensor* w = n->src[0];
-  const int64_t k = w->ne[0], m = w->ne[1], cols = n->src[1]->n_rows();
-  KITE_ASSIGN_OR_RETURN(uint8_t * wp, dev.address(w));
-  KITE_ASSIGN_OR_RETURN(uint8_t * dp, dev.address(n));
-  KITE_ASSIGN_OR_RETURN(const Int8Activations q, int8_activations(dev, sc, n->src[1], act));
-  float* partial = nullptr;
-  if (const int splits = mmq_splits(k, m, cols, dev.sm_count()); splits > 1) {
-    KITE_ASSIGN_OR_RETURN(void* pp, dev.scratch(sc.split, static_cast<size_t>(splits * m * cols) * sizeof(float),
-                                                "split-k partial sums"));
-    partial = static_cast<float*>(pp);
-  }
-  KITE_LAUNCH(launch_mmq(tid(w->type), wp, w->nb[1], k, m, q.q, q.ds, cols, reinterpret_cast<float*>(dp),
-                         static_cast<int64_t>(n->nb[1] / sizeof(float)), dev.sm_count(), partial, dev.stream()));
-  return ok_status();
-}
-
-// A matmul of more than kMaxMmvCols columns on cuBLAS, without its bias: f32 SGEMM for float
-// weights; quantized ones dequantized to F16 chunk by chunk into scratch, against F16 activations.
-Status mul_mat_cublas(Device& dev, OpScratch& sc, Tensor* n, const Activations& act) {
-  const Tensor* w = n->src[0];
-  const int64_t k = w->ne[0], m = w->ne[1], cols = n->src[1]->n_rows();
-  const cudaStream_t s = dev.stream();
-  KITE_ASSIGN_OR_RETURN(uint8_t * wp, dev.address(w));
-  KITE_ASSIGN_OR_RETURN(uint8_t * dp, dev.address(n));
-  auto* dst = reinterpret_cast<float*>(dp);
-  const int64_t ldd = static_cast<int64_t>(n->nb[1] / sizeof(float));
-  const size_t w_row = w->nb[1];
-  const float* xf = act.x;
-  const size_t ldx = act.ldx;
-  KITE_ASSIGN_OR_RETURN(cublasHandle_t h, dev.cublas());
-  const float one = 1.f, zero = 0.f;
-  const int ik = static_cast<int>(k), in = static_cast<int>(cols);
-  if (w->type == DType::F32) {
-    KITE_CUBLAS_CHECK(dev.blas().sgemm(h, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(m), in, ik, &one,
-                                  reinterpret_cast<const float*>(wp), static_cast<int>(w_row / 4), xf,
-                                  static_cast<int>(ldx), &zero, dst, static_cast<int>(ldd)));
-    return ok_status();
-  }
-  const bool f16 = !is_float(w->type);  // quantized: F16 GEMM; F16/BF16 weights: exact f32 SGEMM
-  const int64_t chunk = std::max<int64_t>(1, std::min<int64_t>(m, static_cast<int64_t>(kWeightChunkElems) / k));
-  KITE_ASSIGN_OR_RETURN(void* wd, dev.scratch(sc.w, static_cast<size_t>(chunk * k) * (f16 ? 2 : 4), "weight"));
-  void* xh = nullptr;
-  if (f16) {
-    KITE_ASSIGN_OR_RETURN(xh, dev.scratch(sc.xh, static_cast<size_t>(k * cols) * 2, "f16 activation"));
-    KITE_LAUNCH(launch_f32_to_f16(xf, ldx, k, cols, xh, s));
-  }
-  for (int64_t i0 = 0; i0 < m; i0 += chunk) {
-    const int64_t mc = std::min(chunk, m - i0);
-    KITE_LAUNCH(launch_dequant_matrix(tid(w->type), wp + static_cast<size_t>(i0) * w_row, w_row, k, mc, wd, f16, s));
-    if (f16) {
-      KITE_CUBLAS_CHECK(dev.blas().gemm_ex(h, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(mc), in, ik, &one, wd, CUDA_R_16F,
-                                     ik, xh, CUDA_R_16F, ik, &zero, dst + i0, CUDA_R_32F, static_cast<int>(ldd),
-                                     CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-    } else {
-      KITE_CUBLAS_CHECK(dev.blas().sgemm(h, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(mc), in, ik, &one,
-                                    static_cast<const float*>(wd), ik, xf, static_cast<int>(ldx), &zero, dst + i0,
-                                    static_cast<int>(ldd)));
-    }
-  }
-  return ok_status();
-}
-
-// Times a quantized matmul shape both ways (see kMmqMaxCols) and keeps the faster; n's output
-// then holds that way's product. Without cuBLAS (a machine without its library) mmq, untimed.
-Status choose_mmq(Device& dev, OpScratch& sc, Tensor* n, const Activations& act) {
-  if (!dev.cublas().ok()) return mul_mat_mmq(dev, sc, n, act);  // (no cuBLAS here: nothing to time against)
-  cudaEvent_t start = nullptr, stop = nullptr;
-  KITE_CUDA_CHECK(cudaEventCreate(&start));
-  const std::unique_ptr<CUevent_st, decltype(&cudaEventDestroy)> start_guard(start, &cudaEventDestroy);
-  KITE_CUDA_CHECK(cudaEventCreate(&stop));
-  const std::unique_ptr<CUevent_st, decltype(&cudaEventDestroy)> stop_guard(stop, &cudaEventDestroy);
-  // Before each timed run, 2x the L2 cache's bytes written over, so that the weights come from
-  // device memory as in a model's step, not from L2 where the last run left them (unless the
-  // device has no room for it).
-  const size_t flush_bytes = 2 * dev.l2_bytes();
-  Result<DevicePtr> flush = flush_bytes > 0 ? dev.malloc(flush_bytes, "L2 flush") : make_error("no L2");
-  auto run = [&](bool mmq) -> Status {
-    sc.int8 = {};  // (mmq quantizes its activations each run, as when nothing made them before)
-    return mmq ? mul_mat_mmq(dev, sc, n, act) : mul_mat_cublas(dev, sc, n, act);
-  };
-  KITE_TRY(run(true));
-  KITE_TRY(run(false));
-  double best[2] = {1e30, 1e30};
-  for (const bool mmq : {false, true, true, false}) {
-    if (flush.ok()) KITE_CUDA_CHECK(cudaMemsetAsync(flush->get(), 0, flush_bytes, dev.stream()));
-    KITE_CUDA_CHECK(cudaEventRecord(start, dev.stream()));
-    KITE_TRY(run(mmq));
-    KITE_CUDA_CHECK(cudaEventRecord(stop, dev.stream()));
-    KITE_CUDA_CHECK(cudaEventSynchronize(stop));
-    float ms = 0;
-    KITE_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-    best[mmq] = std::min(best[mmq], static_cast<double>(ms));
-  }
-  const MmqShape shape = mmq_shape(dev, n);
-  bool mmq = best[1] <= best[0];
-  {
-    std::lock_guard<std::mutex> lock(g_mmq_mu);
-    const auto [it, added] = g_mmq_choices.try_emplace(
-        shape, MatmulChoice{shape.device, shape.type, shape.k, shape.m, shape.cols, mmq, best[1], best[0]});
-    mmq = it->second.mmq;  // (another backend's, if it got there first)
-  }
-  if (mmq) KITE_TRY(run(true));  // (the last timed run was cuBLAS's)
-  return ok_status();
-}
-
-// A matmul of more than kMaxMmvCols columns (mul_mat) without its bias: launch_mmq, or cuBLAS.
-Status mul_mat_matrix(Device& dev, OpScratch& sc, Tensor* n, const Activations& act) {
-  if (is_float(n->src[0]->type)) return mul_mat_cublas(dev, sc, n, act);
-  if (!sc.capturing && dev.compute_capability() >= 80 && mmq_forced() < 0 && mmq_chosen(dev, n) < 0)
-    return choose_mmq(dev, sc, n, act);
-  return use_mmq(dev, n) ? mul_mat_mmq(dev, sc, n, act) : mul_mat_cublas(dev, sc, n, act);
 }
 
 // What a mat-vec launch (MatVecJob) computes beside its products: `epilogue`, the swiglu of a
@@ -541,33 +354,6 @@ Status kv_write(Device& dev, const Tensor* n, const Tensor* second = nullptr) {
 }
 
 }  // namespace
-
-std::vector<MatmulChoice> cuda_matmul_choices() {
-  std::lock_guard<std::mutex> lock(g_mmq_mu);
-  std::vector<MatmulChoice> v;
-  for (const auto& [shape, c] : g_mmq_choices) v.push_back(c);
-  return v;
-}
-
-std::vector<std::string> cuda_matmul_report() {
-  std::vector<std::string> lines;
-  for (const MatmulChoice& c : cuda_matmul_choices()) {
-    const quant::TypeTraits* tr = quant::find_traits(static_cast<uint32_t>(c.type));
-    const std::string type = tr != nullptr ? std::string(tr->name) : "?";
-    char b[200];
-    std::snprintf(b, sizeof b, "cuda:%d %s %lld x %lld, %lld-%lld columns: %s (mmq %.3f ms, cuBLAS %.3f ms)", c.device,
-                  type.c_str(), static_cast<long long>(c.k), static_cast<long long>(c.m),
-                  static_cast<long long>(c.cols / 2 + 1), static_cast<long long>(c.cols), c.mmq ? "mmq" : "cuBLAS",
-                  c.mmq_ms, c.cublas_ms);
-    lines.emplace_back(b);
-  }
-  return lines;
-}
-
-void reset_cuda_matmul_choices() {
-  std::lock_guard<std::mutex> lock(g_mmq_mu);
-  g_mmq_choices.clear();
-}
 
 bool node_supported(const Tensor& n) {
   switch (n.op) {
