@@ -13,7 +13,8 @@
 #   3. smoke: the quick GPU tests (clean errors, kite run, greedy output equal to the CPU's)
 #   4. synthetic Llama-3-8B Q4_K_M (the issue's bandwidth goal): one `kite bench` process builds
 #      the model on the host (its build time is printed), then pp512, tg128 (tokens/s, achieved
-#      GB/s and % of step 2's bandwidth) and batched decode at 1, 16 and 64 sequences
+#      GB/s and % of step 2's bandwidth) and batched decode at 1, 16 and 64 sequences, then each
+#      once more profiled (--profile: every launch's time and GB/s)
 #   5. op conformance on CUDA: every op and weight type against the references (ops:*); then
 #      llama-1b Q4_K_M decode with KITE_CUDA_FUSE=1 and =0 (fused launches or one per op),
 #      KITE_CUDA_NORM_TAIL=0 (the norms after the residual adds in their own launches),
@@ -27,7 +28,8 @@
 #   7. the other GPU tests: every GGUF file's perplexity against llama.cpp's, batch invariance
 #   8. CUDA graphs off (KITE_CUDA_GRAPHS=0; on by default): greedy + batch invariance, 1B decode
 #   9. the Vulkan backend on the same GPU (NVIDIA's Vulkan driver; the loader from
-#      build-gpu-carry/libvulkan1.deb where the image has none): its tests, then 1B decode/prefill
+#      build-gpu-carry/libvulkan1.deb where the image has none): its tests, then 1B decode/prefill,
+#      profiled
 # With llama.cpp's CUDA build carried (prepare packs it when built), each model of 4. and 6. is
 # also written as a GGUF file and run by llama-bench and llama-batched-bench right after kite.
 # Dry run on a machine without a GPU (checks the script, the parsing and the summary):
@@ -167,10 +169,12 @@ if [ -z "${SKIP_TESTS:-}" ]; then
   run_step "cuda tests: quick" 60 "$bin/kite-tests" -tc="$tests_quick" --duration=true
 fi
 
-# bench_model SHAPE TYPE SECONDS: one kite bench process (model built once): pp512, tg128 and
-# batched decode at 1, 16, 64 sequences; a row of the results table.
+# bench_model SHAPE TYPE SECONDS [--profile]: one kite bench process (model built once): pp512,
+# tg128 and batched decode at 1, 16, 64 sequences; a row of the results table. With --profile,
+# each test once more with every launch timed (events, no graphs): where a step's time goes,
+# kernel by kernel, with each matmul's GB/s; the tg128 and 64-sequence tables go to the summary.
 bench_model() {
-  local shape=$1 type=$2 limit=$3 f json built gib pp tg gbs pct b1 b16 b64 gguf="" write=()
+  local shape=$1 type=$2 limit=$3 profile=${4:-} f json built gib pp tg gbs pct b1 b16 b64 gguf="" write=()
   KEEP='built|graph capture|^\| +(1|16|64) \||^\{'
   if [ -n "${llama:-}" ]; then  # the same model as a file, for llama.cpp
     gguf="$work/$shape-$type.gguf"
@@ -178,8 +182,10 @@ bench_model() {
   fi
   run_step "bench $shape $type" "$limit" "$bin/kite" bench --device "$device" --synthetic "$shape" --type "$type" \
     -p 512 -n 128 -r 2 --json "${bw_flag[@]}" --and-parallel 1,16,64 --parallel-prompt 128 --parallel-gen 32 \
-    "${write[@]}"
+    "${write[@]}" $profile
   f="$work/last.out"
+  [ -n "$profile" ] && awk '/^profile of (tg|64 sequences)/ { on = 1 } on { print "    " $0 } /by the wall clock/ { on = 0 }' \
+    "$f" >>"$sum"
   json=$(grep -m1 '^{' "$f")
   num() { echo "$json" | sed -n "s/.*\"$1\": \([0-9.]*\).*/\1/p"; }
   built=$(sed -n 's/.* in \([0-9.]*\) s$/\1/p' "$f" | head -1)
@@ -223,7 +229,8 @@ llama_model() {
 first=1
 for m in $models; do
   IFS=: read -r shape type limit <<<"$m"
-  bench_model "$shape" "$type" "$limit"
+  # (The headline model profiled too: 10-15 s more.)
+  if [ $first = 1 ]; then bench_model "$shape" "$type" $((limit + 15)) --profile; else bench_model "$shape" "$type" "$limit"; fi
   if [ $first = 1 ] && [ -z "${SKIP_TESTS:-}" ]; then
     KEEP='test cases|assertions|ERROR|FAILED|skipped, no CUDA'
     run_step "ops conformance" 90 "$bin/kite-tests" -tc="ops:*" --duration=true
@@ -314,7 +321,7 @@ if [ -z "${SKIP_TESTS:-}" ] && [ -z "${BIN:-}" ]; then
   KITE_REQUIRE_VULKAN=1 run_step "vulkan tests" 90 "$bin/kite-tests" -tc="vulkan:*" --duration=true
   KEEP='^\||^\{'
   run_step "bench llama-1b q4_K_M vulkan" 60 "$bin/kite" bench --device vulkan --synthetic llama-1b --type q4_K_M \
-    -p 512 -n 128 -r 2 "${bw_flag[@]}"
+    -p 512 -n 128 -r 2 "${bw_flag[@]}" --profile
 fi
 
 say ""

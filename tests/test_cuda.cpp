@@ -14,6 +14,7 @@
 #include "tests/gpu_checks.h"
 #include "tests/ops_test_util.h"
 #include "tests/process.h"
+#include "tests/profile_checks.h"
 #include "tests/testdata.h"
 #ifdef KITE_CUDA
 #include "backends/cuda/cuda_backend.h"
@@ -245,6 +246,21 @@ TEST_CASE("cuda: decode steps replayed as CUDA graphs give the eager steps' logi
 #endif
   }
 #endif
+}
+
+TEST_CASE("cuda: a profiled step times each launch as fused, with the graph-replayed step's logits") {
+  if (!have_gpu("profiling")) return;
+  // (check_profiled_step: bit-equal logits, every matrix read once, a time for each launch.)
+  const auto gpu = check_profiled_step("cuda"), cpu = check_profiled_step("cpu");
+  int64_t launches = 0, nodes = 0, qkv = 0;
+  for (const OpProfile::Row& r : gpu) {
+    launches += r.calls;
+    if (r.what.find(" q +k +v") != std::string::npos) qkv += r.calls;
+  }
+  for (const OpProfile::Row& r : cpu) nodes += r.calls;
+  MESSAGE("a profiled decode step of llama-draft-Q4_K_M: ", launches, " CUDA launches, ", nodes, " CPU nodes");
+  CHECK(launches < nodes);
+  CHECK(qkv == 2);  // each layer's q, k and v in one launch
 }
 
 #ifdef KITE_CUDA

@@ -14,6 +14,7 @@
 #include "tests/gpu_checks.h"
 #include "tests/ops_test_util.h"
 #include "tests/process.h"
+#include "tests/profile_checks.h"
 #include "tests/testdata.h"
 #ifdef KITE_VULKAN
 #include "backends/vulkan/vulkan_backend.h"
@@ -217,6 +218,13 @@ TEST_CASE("vulkan: steps that bring back each row's top 64 logits (and some whol
 TEST_CASE("vulkan: the scheduler's rows drawn on the device, fetched or whole give the host's tokens") {
   if (!have_vulkan("scheduler rows")) return;
   check_scheduler_rows("vulkan");
+}
+
+TEST_CASE("vulkan: a profiled step times each node by GPU timestamps, with the unprofiled step's logits") {
+  if (!have_vulkan("profiling")) return;
+  const auto rows = check_profiled_step("vulkan");
+  CHECK(profile_calls(rows, "attention attn") == 2);  // (llama-draft: 2 layers, a node a launch)
+  CHECK(profile_calls(rows, "mul_mat q4_K 256x256 q") == 2);
 }
 
 TEST_CASE("vulkan: contexts on one model share one copy of its weights on the device") {

@@ -17,6 +17,7 @@
 #include "backends/cpu/threadpool.h"
 #include "formats/quant/types.h"
 #include "src/core/devices.h"
+#include "src/core/profile.h"
 #include "src/model/synthetic.h"
 #include "src/runtime/scheduler.h"
 #include "tools/commands.h"
@@ -52,6 +53,7 @@ struct BenchArgs {
   float top_p = 1.f;             // ... within this nucleus
   int32_t logprobs = 0;          // batched mode: the top N logprobs of each token
   SpecArgs spec;              // batched mode: speculative decoding
+  bool profile = false;       // after the timed runs, one more of each with every launch timed
 };
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
@@ -95,6 +97,32 @@ void print_measured_choices(const std::string& device, FILE* out) {
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+}
+
+// --profile: `run` (a pp or tg test, or a batched run) once more with every launch of the
+// context's backends timed (src/core/profile.h), then the table, titled `what`. `run` returns
+// the steps it took. Profiling changes how some backends run (CUDA: no graphs), so the timed
+// runs come first and this one's speed is not reported as theirs.
+Status profile_run(Context& c, const std::string& what, FILE* out, const std::function<Result<int64_t>()>& run) {
+  OpProfile profile;
+  std::string how;
+  for (size_t b = 0; b < c.n_backends(); ++b) {
+    Result<std::string> h = c.backend(b).set_profile(&profile);
+    if (!h) {
+      for (size_t i = 0; i < b; ++i) (void)c.backend(i).set_profile(nullptr);
+      return h.error();
+    }
+    how += std::string(how.empty() ? "" : "; ") + std::string(c.backend(b).name()) + ": " + *h;
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  Result<int64_t> steps = run();
+  const double wall = seconds_since(t0);
+  for (size_t b = 0; b < c.n_backends(); ++b) (void)c.backend(b).set_profile(nullptr);
+  if (!steps) return steps.error();
+  std::fprintf(out, "\nprofile of %s (%s):\n%s", what.c_str(), how.c_str(),
+               format_profile(profile, *steps, wall).c_str());
+  std::fflush(out);
+  return ok_status();
 }
 
 // Batched decoding through the scheduler (the path the server takes), llama-batched-bench style:
@@ -157,41 +185,51 @@ int run_batched(const BenchArgs& a, const std::shared_ptr<const Model>& model, c
       std::cerr << "kite bench: " << st.error().message << "\n";
       return kExitUsage;
     }
-    Scheduler sched(**ctx, nullptr, so, draft->get());
     using Clock = std::chrono::steady_clock;
     std::vector<Clock::time_point> first(static_cast<size_t>(b)), events;
     std::vector<bool> started(static_cast<size_t>(b), false);
-    for (int i = 0; i < b; ++i) {
-      Request r;
-      r.prompt.resize(static_cast<size_t>(std::max(1, a.n_prompt)));
-      if (text.size() > r.prompt.size()) {
-        const size_t span = text.size() - r.prompt.size();
-        const size_t start = static_cast<size_t>(i) * 7919 % span;
-        std::copy(text.begin() + static_cast<ptrdiff_t>(start), text.begin() + static_cast<ptrdiff_t>(start + r.prompt.size()),
-                  r.prompt.begin());
-      } else {
-        for (auto& t : r.prompt) t = tok(rng);
+    // Submits the B requests to `sched` (the same prompts each time: rng restarts).
+    const std::mt19937 rng_start = rng;
+    auto submit_all = [&](Scheduler& sched) -> Status {
+      rng = rng_start;
+      events.clear();
+      started.assign(static_cast<size_t>(b), false);
+      for (int i = 0; i < b; ++i) {
+        Request r;
+        r.prompt.resize(static_cast<size_t>(std::max(1, a.n_prompt)));
+        if (text.size() > r.prompt.size()) {
+          const size_t span = text.size() - r.prompt.size();
+          const size_t start = static_cast<size_t>(i) * 7919 % span;
+          std::copy(text.begin() + static_cast<ptrdiff_t>(start),
+                    text.begin() + static_cast<ptrdiff_t>(start + r.prompt.size()), r.prompt.begin());
+        } else {
+          for (auto& t : r.prompt) t = tok(rng);
+        }
+        r.params.sampling.temperature = a.temperature;
+        if (a.openai_sampling) {  // (what the server samples with when a request sets nothing)
+          r.params.sampling.temperature = 1.f;
+          r.params.sampling.top_k = 0;
+          r.params.sampling.top_p = a.top_p;
+          r.params.sampling.min_p = 0.f;
+        }
+        r.params.sampling.n_logprobs = a.logprobs;
+        r.params.sampling.seed = static_cast<uint64_t>(i) + 1;
+        r.params.max_tokens = a.n_gen;
+        r.params.ignore_eos = true;
+        r.on_event = [&, i](const StreamEvent& e) {
+          const auto now = Clock::now();
+          if (!started[static_cast<size_t>(i)])
+            first[static_cast<size_t>(i)] = now, started[static_cast<size_t>(i)] = true;
+          if (e.token >= 0) events.push_back(now);
+        };
+        if (auto id = sched.submit(std::move(r)); !id) return id.error();
       }
-      r.params.sampling.temperature = a.temperature;
-      if (a.openai_sampling) {  // (what the server samples with when a request sets nothing)
-        r.params.sampling.temperature = 1.f;
-        r.params.sampling.top_k = 0;
-        r.params.sampling.top_p = a.top_p;
-        r.params.sampling.min_p = 0.f;
-      }
-      r.params.sampling.n_logprobs = a.logprobs;
-      r.params.sampling.seed = static_cast<uint64_t>(i) + 1;
-      r.params.max_tokens = a.n_gen;
-      r.params.ignore_eos = true;
-      r.on_event = [&, i](const StreamEvent& e) {
-        const auto now = Clock::now();
-        if (!started[static_cast<size_t>(i)]) first[static_cast<size_t>(i)] = now, started[static_cast<size_t>(i)] = true;
-        if (e.token >= 0) events.push_back(now);
-      };
-      if (auto id = sched.submit(std::move(r)); !id) {
-        std::cerr << "kite bench: " << id.error().message << "\n";
-        return kExitFailure;
-      }
+      return ok_status();
+    };
+    Scheduler sched(**ctx, nullptr, so, draft->get());
+    if (auto st = submit_all(sched); !st) {
+      std::cerr << "kite bench: " << st.error().message << "\n";
+      return kExitFailure;
     }
     const auto t0 = Clock::now();
     if (auto st = sched.run_until_idle(); !st) {
@@ -208,14 +246,31 @@ int run_batched(const BenchArgs& a, const std::shared_ptr<const Model>& model, c
     std::printf("| %4d | %4d | %4d | %6.2f | %8.1f | %6.2f | %8.1f | %7.2fx |", b, a.n_prompt, a.n_gen, tpp,
                 static_cast<double>(b) * a.n_prompt / tpp, ttg, stg, single > 0 ? stg / single : 0);
     const SchedulerStats st = sched.stats();
-    if (speculating) std::printf(" %7lld | %7.1f%% |", static_cast<long long>(st.drafted),
-                                 st.drafted > 0 ? 100.0 * static_cast<double>(st.accepted) / static_cast<double>(st.drafted) : 0.0);
+    if (speculating)
+      std::printf(" %7lld | %7.1f%% |", static_cast<long long>(st.drafted),
+                  st.drafted > 0 ? 100.0 * static_cast<double>(st.accepted) / static_cast<double>(st.drafted) : 0.0);
     std::printf("\n");
     print_speculative_stats("kite bench", spec->mode, st);
-    std::fprintf(stderr, "kite bench: %lld of %lld steps brought back top-%d rows; %d drawn there, %d whole beside them, %d fetched whole after\n",
+    std::fprintf(stderr,
+                 "kite bench: %lld of %lld steps brought back top-%d rows; %d drawn there, %d whole beside them, %d "
+                 "fetched whole after\n",
                  static_cast<long long>(top_steps), static_cast<long long>(steps), a.top_k_outputs, rows.device_draws,
                  rows.whole_rows, rows.fetched_rows);
     std::fflush(stdout);
+    if (a.profile) {  // the same requests again, every launch timed
+      Scheduler again(**ctx, nullptr, so, draft->get());
+      const Status st = profile_run(**ctx, std::to_string(b) + " sequences (prompts and generation)", stdout,
+                                    [&]() -> Result<int64_t> {
+                                      KITE_TRY(submit_all(again));
+                                      const int64_t before = steps;
+                                      KITE_TRY(again.run_until_idle());
+                                      return steps - before;
+                                    });
+      if (!st) {
+        std::cerr << "kite bench: --profile: " << st.error().message << "\n";
+        return kExitFailure;
+      }
+    }
   }
   std::printf("(weights read per step: %.2f GB; %d threads; S_TG/B=1 is relative to the first B's per-sequence rate)\n",
               decode_bytes / 1e9, threads);
@@ -315,6 +370,36 @@ int run_bench(const BenchArgs& a) {
   return rc;
 }
 
+// --profile after the pp/tg results: each test once more, profiled.
+int profile_single(const BenchArgs& a, Context& c, const std::vector<int32_t>& prompt, std::mt19937& rng,
+                   std::uniform_int_distribution<int32_t>& tok) {
+  if (!a.profile) return kExitOk;
+  FILE* out = a.json ? stderr : stdout;
+  std::fflush(stdout);
+  Status st = ok_status();
+  if (a.n_prompt > 0)
+    st = profile_run(c, "pp" + std::to_string(a.n_prompt), out, [&]() -> Result<int64_t> {
+      c.kv().truncate(0, a.depth);
+      KITE_TRY(c.eval(prompt, 0, false, static_cast<size_t>(a.n_prompt)));
+      return int64_t{1};
+    });
+  if (st && a.n_gen > 0)
+    st = profile_run(c, "tg" + std::to_string(a.n_gen), out, [&]() -> Result<int64_t> {
+      c.kv().truncate(0, a.depth);
+      int32_t next = 1;
+      for (int i = 0; i < a.n_gen; ++i) {
+        KITE_TRY(c.eval(std::span<const int32_t>(&next, 1)));
+        next = tok(rng);
+      }
+      return int64_t{a.n_gen};
+    });
+  if (!st) {
+    std::cerr << "kite bench: --profile: " << st.error().message << "\n";
+    return kExitFailure;
+  }
+  return kExitOk;
+}
+
 // llama-bench style: pp (one batch of n_prompt tokens) and tg (n_gen tokens one at a time),
 // each after `depth` tokens already in the KV cache (filled once, untimed; every run truncates
 // back to them).
@@ -396,7 +481,7 @@ int run_single(const BenchArgs& a, const std::shared_ptr<const Model>& model, co
         name.c_str(), a.device.c_str(), kernels, static_cast<unsigned long long>(weight_bytes),
         static_cast<unsigned long long>(decode_bytes), static_cast<unsigned long long>(params), threads, a.depth,
         a.kv_type.c_str(), a.n_prompt, pp_ts, a.n_gen, tg_ts, tg_gbs, bw);
-    return kExitOk;
+    return profile_single(a, c, prompt, rng, tok);
   }
   std::printf("| model | size | params | threads | test | t/s | GB/s |\n|---|---:|---:|---:|---|---:|---:|\n");
   // The threads column names the device for GPU runs (both rows alike).
@@ -422,7 +507,7 @@ int run_single(const BenchArgs& a, const std::shared_ptr<const Model>& model, co
                 bw, threads, threads == 1 ? "" : "s");
   else if (a.device == "cpu") std::printf("(median of %d; device cpu, kernels %s)\n", a.reps, kernels);
   else std::printf("(median of %d; device %s)\n", a.reps, a.device.c_str());
-  return kExitOk;
+  return profile_single(a, c, prompt, rng, tok);
 }
 
 }  // namespace
@@ -492,6 +577,10 @@ void register_bench(CLI::App& app, Action* run) {
                   "Batched mode: each token's top N logprobs, as the OpenAI API's logprobs/top_logprobs ask (default 0)")
       ->check(between(0, 20));
   add_speculative_flags(cmd, &a->spec);
+  cmd->add_flag("--profile", a->profile,
+                "After the timed runs, each test once more with every launch timed: a table of where a step's "
+                "time goes (op, weight type and shape, ms a step, weights' GB/s). CUDA runs these launch by "
+                "launch, without graphs");
   cmd->callback([run, a, cmd] {
     *run = [a, cmd] {
       if (a->model.empty() && a->synthetic.empty()) {

@@ -15,6 +15,7 @@
 #include "backends/cpu/ops.h"
 #include "backends/cpu/threadpool.h"
 #include "src/core/comm.h"
+#include "src/core/profile.h"
 
 namespace kite::cpu {
 namespace {
@@ -115,16 +116,23 @@ class CpuBackend final : public Backend {
       run(n, op_mul_mat, way);
       return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     });
-    for (Tensor* n : nodes) {
-      if (n->op == Op::kAllReduce) {
-        KITE_TRY(all_reduce(n));
-        continue;
-      }
+    using Clock = std::chrono::steady_clock;
+    for (Tensor* const& n : nodes) {
       const Kernel k = kernel_for(n->op);
-      if (k == nullptr) continue;  // views: nothing to compute
-      run(n, k, n->op == Op::kMulMat ? one_row_.way(n) : OneRowWay::kRows);
+      if (k == nullptr && n->op != Op::kAllReduce) continue;  // views: nothing to compute
+      const Clock::time_point t0 = profile_ != nullptr ? Clock::now() : Clock::time_point{};
+      if (n->op == Op::kAllReduce) KITE_TRY(all_reduce(n));
+      else run(n, k, n->op == Op::kMulMat ? one_row_.way(n) : OneRowWay::kRows);
+      if (profile_ != nullptr)
+        profile_->add(std::span<Tensor* const>(&n, 1), std::chrono::duration<double>(Clock::now() - t0).count());
     }
     return ok_status();
+  }
+
+  Result<std::string> set_profile(OpProfile* p) override {
+    profile_ = p;
+    return "each node timed by the host clock around its run on " + std::to_string(pool_.size()) + " thread" +
+           (pool_.size() == 1 ? "" : "s");
   }
 
  private:
@@ -160,6 +168,7 @@ class CpuBackend final : public Backend {
   Communicator* comm_;
   int rank_;
   OneRowTuner one_row_;  // which way one-row mul_mats take (one_row.h)
+  OpProfile* profile_ = nullptr;  // (set_profile)
 };
 
 #if defined(__x86_64__)

@@ -17,6 +17,7 @@
 #include "backends/cuda/device.h"
 #include "backends/cuda/kernels.h"
 #include "src/core/comm.h"
+#include "src/core/profile.h"
 
 namespace kite::cuda {
 namespace {
@@ -99,7 +100,7 @@ class CudaBackend final : public Backend {
 
   Status compute(std::span<Tensor* const> nodes) override {
     KITE_TRY(dev_->activate());
-    if (!use_graphs_ || nodes.size() < kMinGraphNodes) return run_eager(nodes);
+    if (!use_graphs_ || nodes.size() < kMinGraphNodes || profile_ != nullptr) return run_eager(nodes);
     if (comm_ != nullptr && !comm_->capturable())  // (a step with all_reduce synchronizes)
       for (const Tensor* n : nodes)
         if (n->op == Op::kAllReduce) return run_eager(nodes);
@@ -112,6 +113,13 @@ class CudaBackend final : public Backend {
   }
 
   bool holds_weight(const Tensor& t) const override { return dev_->has_mirror(t); }
+
+  Result<std::string> set_profile(OpProfile* p) override {
+    profile_ = p;
+    return std::string(
+        "each launch timed by CUDA events around it; steps run launch by launch (no CUDA graphs), each "
+        "waited for at its end");
+  }
 
   std::optional<MemoryInfo> memory_info() const override {
     if (!dev_->activate()) return std::nullopt;
@@ -127,6 +135,9 @@ class CudaBackend final : public Backend {
   static constexpr size_t kMinGraphNodes = 8;  // smaller spans (op-by-op debugging) run eagerly
   static constexpr size_t kMaxGraphs = 128;
 
+  struct EventDestroy {
+    void operator()(CUevent_st* e) const { cudaEventDestroy(e); }
+  };
   struct GraphExecDestroy {
     void operator()(CUgraphExec_st* g) const { cudaGraphExecDestroy(g); }
   };
@@ -141,21 +152,56 @@ class CudaBackend final : public Backend {
   Status run_eager(std::span<Tensor* const> nodes) {
     scratch_.int8 = {};  // (the scratch's int8 activations were another step's tensors')
     const Fusions fuse = fusions_from_env();
+    launches_.clear();
     for (size_t i = 0; i < nodes.size();) {
-      Tensor* n = nodes[i];
-      if (n->op == Op::kAllReduce) {  // (tensor parallelism: the sum is queued on the stream)
-        if (comm_ == nullptr) return make_error("cuda: all_reduce '", n->name, "' without a tensor-parallel group");
-        KITE_ASSIGN_OR_RETURN(uint8_t * src, dev_->address(n->src[0]));
-        KITE_ASSIGN_OR_RETURN(uint8_t * dst, dev_->address(n));
-        KITE_CUDA_CHECK(cudaMemcpyAsync(dst, src, n->nbytes(), cudaMemcpyDeviceToDevice, dev_->stream()));
-        KITE_TRY(comm_->all_reduce_sum(rank_, reinterpret_cast<float*>(dst), static_cast<size_t>(n->n_elements()),
-                                       dev_->stream()));
-        ++i;
-        continue;
+      if (profile_ != nullptr) KITE_TRY(record_event(2 * launches_.size()));
+      Result<size_t> ran = launch(nodes.subspan(i), fuse);
+      if (!ran) return ran.error();
+      if (profile_ != nullptr) {
+        KITE_TRY(record_event(2 * launches_.size() + 1));
+        launches_.emplace_back(i, *ran);
       }
-      Result<size_t> ran = run_fused(*dev_, scratch_, nodes.subspan(i), fuse);
-      if (!ran) return ran.error().with_context(std::string("cuda: ") + op_name(n->op) + " '" + n->name + "'");
       i += *ran;
+    }
+    return profile_ != nullptr ? add_profile(nodes) : ok_status();
+  }
+
+  // The launch that computes nodes[0] (and the nodes after it that it fuses): how many it took.
+  Result<size_t> launch(std::span<Tensor* const> nodes, const Fusions& fuse) {
+    Tensor* n = nodes[0];
+    if (n->op == Op::kAllReduce) {  // (tensor parallelism: the sum is queued on the stream)
+      if (comm_ == nullptr) return make_error("cuda: all_reduce '", n->name, "' without a tensor-parallel group");
+      KITE_ASSIGN_OR_RETURN(uint8_t * src, dev_->address(n->src[0]));
+      KITE_ASSIGN_OR_RETURN(uint8_t * dst, dev_->address(n));
+      KITE_CUDA_CHECK(cudaMemcpyAsync(dst, src, n->nbytes(), cudaMemcpyDeviceToDevice, dev_->stream()));
+      KITE_TRY(comm_->all_reduce_sum(rank_, reinterpret_cast<float*>(dst), static_cast<size_t>(n->n_elements()),
+                                     dev_->stream()));
+      return size_t{1};
+    }
+    Result<size_t> ran = run_fused(*dev_, scratch_, nodes, fuse);
+    if (!ran) return ran.error().with_context(std::string("cuda: ") + op_name(n->op) + " '" + n->name + "'");
+    return ran;
+  }
+
+  // Profiling: event `i` of the step (2j before launch j, 2j + 1 after it) recorded on the stream.
+  Status record_event(size_t i) {
+    while (events_.size() <= i) {
+      cudaEvent_t e = nullptr;
+      KITE_CUDA_CHECK(cudaEventCreate(&e));
+      events_.emplace_back(e);
+    }
+    KITE_CUDA_CHECK(cudaEventRecord(events_[i].get(), dev_->stream()));
+    return ok_status();
+  }
+
+  // Profiling: waits for the step, then adds each launch's time between its two events.
+  Status add_profile(std::span<Tensor* const> nodes) {
+    if (launches_.empty()) return ok_status();
+    KITE_CUDA_CHECK(cudaEventSynchronize(events_[2 * launches_.size() - 1].get()));
+    for (size_t j = 0; j < launches_.size(); ++j) {
+      float ms = 0;
+      KITE_CUDA_CHECK(cudaEventElapsedTime(&ms, events_[2 * j].get(), events_[2 * j + 1].get()));
+      profile_->add(nodes.subspan(launches_[j].first, launches_[j].second), 1e-3 * ms);
     }
     return ok_status();
   }
@@ -228,6 +274,9 @@ class CudaBackend final : public Backend {
   OpScratch scratch_;
   std::unordered_map<uint64_t, CachedGraph> graphs_;
   mutable std::vector<const uint8_t*> srcs_;  // download_many's device addresses (reused)
+  OpProfile* profile_ = nullptr;                // (set_profile)
+  std::vector<std::unique_ptr<CUevent_st, EventDestroy>> events_;  // profiling: two a launch
+  std::vector<std::pair<size_t, size_t>> launches_;  // profiling: each launch's first node and count
   const bool use_graphs_ = [] {
     const char* e = std::getenv("KITE_CUDA_GRAPHS");
     return e == nullptr || std::string_view(e) != "0";

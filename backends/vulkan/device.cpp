@@ -232,6 +232,8 @@ Status Device::open(int index) {
   for (uint32_t i = 0; i < nq && queue_family_ == UINT32_MAX; ++i)
     if (qf[i].queueFlags & VK_QUEUE_COMPUTE_BIT) queue_family_ = i;
   if (queue_family_ == UINT32_MAX) return make_error("vulkan: ", name_, " has no compute queue");
+  timestamp_bits_ = qf[queue_family_].timestampValidBits;
+  timestamp_ns_ = props.limits.timestampPeriod;
 
   // Enable what kite needs, and the 8/16-bit arithmetic types where present (shaders that
   // convert 8/16-bit loads may be compiled with those capabilities).

@@ -68,6 +68,10 @@ class Device {
   const std::string& name() const { return name_; }
   uint32_t queue_family() const { return queue_family_; }
   bool is_gpu() const { return is_gpu_; }
+  // Timestamps (profiling): the valid bits the compute queue writes (0: none) and the
+  // nanoseconds a tick.
+  uint32_t timestamp_bits() const { return timestamp_bits_; }
+  double timestamp_ns() const { return timestamp_ns_; }
 
   // Device memory with a device address, registered as a range of this device (out of memory
   // is an error naming what it was for).
@@ -119,6 +123,8 @@ class Device {
   uint32_t queue_family_ = 0;
   std::string name_;
   bool is_gpu_ = true;
+  uint32_t timestamp_bits_ = 0;
+  double timestamp_ns_ = 1;
   VkPhysicalDeviceMemoryProperties mem_props_{};
   uint32_t device_type_ = UINT32_MAX;   // memory type of buffers
   uint32_t staging_type_ = UINT32_MAX;  // host-visible memory for staging (when buffers are not)

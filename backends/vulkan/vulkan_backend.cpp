@@ -7,6 +7,7 @@
 
 #include "backends/vulkan/device.h"
 #include "backends/vulkan/stream.h"
+#include "src/core/profile.h"
 
 namespace kite::vk {
 
@@ -37,6 +38,7 @@ class VulkanBackend final : public Backend, public Stream {
     scratch_.clear();
     dev_->release_mirrors(refs_);
     if (fence_) api.vkDestroyFence(dev_->handle(), fence_, nullptr);
+    if (queries_) api.vkDestroyQueryPool(dev_->handle(), queries_, nullptr);
     if (pool_) api.vkDestroyCommandPool(dev_->handle(), pool_, nullptr);
   }
 
@@ -117,13 +119,31 @@ class VulkanBackend final : public Backend, public Stream {
 
   Status compute(std::span<Tensor* const> nodes) override {
     KITE_TRY(begin());
-    for (Tensor* n : nodes) {
+    const Api& api = dev_->api();
+    if (profile_ != nullptr) {  // a timestamp before the first node and after each
+      KITE_TRY(reserve_queries(nodes.size() + 1));
+      api.vkCmdResetQueryPool(cb_, queries_, 0, static_cast<uint32_t>(nodes.size() + 1));
+      api.vkCmdWriteTimestamp(cb_, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, queries_, 0);
+    }
+    for (size_t i = 0; i < nodes.size(); ++i) {
+      Tensor* n = nodes[i];
       if (auto st = run_node(*this, n); !st) {
         abandon();
         return st.error().with_context(std::string("vulkan: ") + op_name(n->op) + " '" + n->name + "'");
       }
+      // (Written when everything before it has finished: each node's interval is its own work.)
+      if (profile_ != nullptr)
+        api.vkCmdWriteTimestamp(cb_, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, queries_, static_cast<uint32_t>(i + 1));
     }
-    return end_and_submit();
+    KITE_TRY(end_and_submit());
+    return profile_ != nullptr ? add_profile(nodes) : ok_status();
+  }
+
+  Result<std::string> set_profile(OpProfile* p) override {
+    if (p != nullptr && dev_->timestamp_bits() == 0)
+      return make_error("vulkan: ", dev_->name(), "'s compute queue writes no timestamps: it cannot be profiled");
+    profile_ = p;
+    return std::string("each node timed by GPU timestamps after it; steps waited for at their end");
   }
 
   Status synchronize() override {
@@ -224,6 +244,36 @@ class VulkanBackend final : public Backend, public Stream {
     return ok_status();
   }
 
+  // Profiling: a timestamp query pool of at least `n` queries.
+  Status reserve_queries(size_t n) {
+    if (n <= n_queries_) return ok_status();
+    const Api& api = dev_->api();
+    if (queries_) api.vkDestroyQueryPool(dev_->handle(), queries_, nullptr);
+    queries_ = VK_NULL_HANDLE;
+    n_queries_ = 0;
+    VkQueryPoolCreateInfo qi{VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO};
+    qi.queryType = VK_QUERY_TYPE_TIMESTAMP;
+    qi.queryCount = static_cast<uint32_t>(std::max<size_t>(n, 256));
+    KITE_VK_CHECK(api.vkCreateQueryPool(dev_->handle(), &qi, nullptr, &queries_));
+    n_queries_ = qi.queryCount;
+    return ok_status();
+  }
+
+  // Profiling: waits for the step, then adds each node's time between its two timestamps.
+  Status add_profile(std::span<Tensor* const> nodes) {
+    KITE_TRY(synchronize());
+    stamps_.resize(nodes.size() + 1);
+    KITE_VK_CHECK(dev_->api().vkGetQueryPoolResults(dev_->handle(), queries_, 0, static_cast<uint32_t>(stamps_.size()),
+                                                    stamps_.size() * sizeof(uint64_t), stamps_.data(),
+                                                    sizeof(uint64_t), VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT));
+    const uint64_t mask = dev_->timestamp_bits() >= 64 ? ~uint64_t{0} : (uint64_t{1} << dev_->timestamp_bits()) - 1;
+    for (size_t i = 0; i < nodes.size(); ++i) {
+      const uint64_t ticks = (stamps_[i + 1] - stamps_[i]) & mask;
+      profile_->add(nodes.subspan(i, 1), 1e-9 * dev_->timestamp_ns() * static_cast<double>(ticks));
+    }
+    return ok_status();
+  }
+
   // A recording that failed part-way is ended and dropped, not submitted.
   void abandon() {
     dev_->api().vkEndCommandBuffer(cb_);
@@ -239,6 +289,10 @@ class VulkanBackend final : public Backend, public Stream {
   std::vector<std::pair<std::string, std::unique_ptr<Allocation>>> scratch_;
   std::vector<std::unique_ptr<Allocation>> retired_;
   mutable std::vector<size_t> offsets_;  // download_many's offsets in the allocation (reused)
+  OpProfile* profile_ = nullptr;         // (set_profile)
+  VkQueryPool queries_ = VK_NULL_HANDLE;  // profiling: timestamps (reserve_queries)
+  size_t n_queries_ = 0;
+  std::vector<uint64_t> stamps_;
 };
 
 }  // namespace

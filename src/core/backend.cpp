@@ -33,6 +33,10 @@ Status Backend::copy(const Tensor& dst, size_t dst_offset, const Tensor& src, si
   return upload(dst, host.data(), bytes, dst_offset);
 }
 
+Result<std::string> Backend::set_profile(OpProfile*) {
+  return make_error(name(), ": this backend cannot time its launches (--profile)");
+}
+
 Status Backend::download_many(const Tensor& t, std::span<const size_t> offsets, size_t bytes, void* dst) const {
   for (size_t i = 0; i < offsets.size(); ++i)
     KITE_TRY(download(t, static_cast<uint8_t*>(dst) + i * bytes, bytes, offsets[i]));

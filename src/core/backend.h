@@ -37,6 +37,7 @@ struct MemoryInfo {
 };
 
 class Communicator;
+class OpProfile;
 
 struct BackendOptions {
   int n_threads = 0;  // CPU: 0 = all physical cores (with a tensor-parallel group: its share of them)
@@ -73,6 +74,10 @@ class Backend {
   // True when this device already holds a copy of host weight `t` (backends that share weight
   // copies between contexts): placement does not count it against the free memory again.
   virtual bool holds_weight(const Tensor& t) const { return false; }
+  // Profiling (`kite bench --profile`, src/core/profile.h): from now on every launch's time is
+  // added to `p` (nullptr stops it). Returns how this backend times its launches, for the
+  // report; the default says it cannot.
+  virtual Result<std::string> set_profile(OpProfile* p);
 };
 
 // The backend registry: backends add a factory at static-init time (CPU registers last and is
