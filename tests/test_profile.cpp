@@ -57,6 +57,7 @@ TEST_CASE("profile: a launch's label names its op, role, weight type and shape, 
         std::string::npos);
   CHECK(t.find("| rope q_rope | 0.5 | 0.500 | 14.3 | 1000.0 |  |") != std::string::npos);
   CHECK(t.find("| all launches | 1.5 | 3.500 | 100 | | |") != std::string::npos);
+  CHECK(t.find("(by op: mul_mat 85.7%, rope 14.3%)") != std::string::npos);
   CHECK(t.find("(2 steps, 7.000 ms a step by the wall clock: the launches' time is 50% of it)") != std::string::npos);
   p.clear();
   CHECK(p.rows().empty());

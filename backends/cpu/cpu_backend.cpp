@@ -140,10 +140,38 @@ class CpuBackend final : public Backend {
     const size_t shared_bytes = op_shared_bytes(n, way);
     if (shared_.size() < shared_bytes) shared_.resize(shared_bytes);
     counter_.store(0, std::memory_order_relaxed);
+    if (pool_.size() > 1 && solo(*n)) {
+      KernelCtx c{0, 1, &scratch_[0], &shared_, &solo_barrier_, &counter_, way};
+      k(n, c);
+      return;
+    }
     pool_.run([&](int ith, int nth) {
       KernelCtx c{ith, nth, &scratch_[static_cast<size_t>(ith)], &shared_, &barrier_, &counter_, way};
       k(n, c);
     });
+  }
+
+  // Whether `n` is so little work that handing it to the pool's threads (a wake-up and a wait
+  // for the last, ~1.5 us at 2 threads) costs more than the calling thread doing it all: ops
+  // whose rows are independent (the same bits on any number of threads) touching under
+  // kSoloBytes. (A tiny model's decode step is mostly such nodes.)
+  static bool solo(const Tensor& n) {
+    constexpr size_t kSoloBytes = 32 << 10;
+    size_t bytes = 0;
+    switch (n.op) {
+      case Op::kAdd:
+      case Op::kMul:
+      case Op::kScale:
+      case Op::kRmsNorm:
+      case Op::kRope:
+      case Op::kSwiglu:
+      case Op::kCopy:
+      case Op::kGetRows: bytes = 3 * n.nbytes(); break;
+      case Op::kKvWrite: bytes = 2 * n.src[1]->nbytes(); break;
+      case Op::kMulMat: bytes = n.src[0]->nbytes() + n.src[1]->nbytes(); break;
+      default: return false;
+    }
+    return bytes < kSoloBytes;
   }
 
   // dst = src, then summed in place with the other ranks' (which wait for this one).
@@ -164,6 +192,7 @@ class CpuBackend final : public Backend {
   std::vector<std::vector<float>> scratch_;
   std::vector<uint8_t> shared_;  // op-wide scratch (quantized activations); grows, never shrinks
   Barrier barrier_;
+  Barrier solo_barrier_{1};  // (ops run on the calling thread alone: solo())
   std::atomic<int64_t> counter_{0};
   Communicator* comm_;
   int rank_;

@@ -123,6 +123,22 @@ std::string format_profile(const OpProfile& p, int64_t steps, double wall_second
   std::snprintf(buf, sizeof buf, "| all launches | %.4g | %.3f | 100 | | |\n", static_cast<double>(calls) / per,
                 1e3 * total / per);
   out += buf;
+  // By op (a label's first word): where the time goes at a glance.
+  std::vector<std::pair<std::string, double>> ops;
+  for (const OpProfile::Row& r : rows) {
+    const std::string op = r.what.substr(0, r.what.find(' '));
+    auto it = std::find_if(ops.begin(), ops.end(), [&](const auto& e) { return e.first == op; });
+    if (it == ops.end()) ops.emplace_back(op, r.seconds);
+    else it->second += r.seconds;
+  }
+  std::stable_sort(ops.begin(), ops.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+  out += "(by op:";
+  for (size_t i = 0; i < ops.size(); ++i) {
+    std::snprintf(buf, sizeof buf, "%s %s %.1f%%", i == 0 ? "" : ",", ops[i].first.c_str(),
+                  total > 0 ? 100 * ops[i].second / total : 0.0);
+    out += buf;
+  }
+  out += ")\n";
   if (wall_seconds > 0) {
     std::snprintf(buf, sizeof buf, "(%lld step%s, %.3f ms a step by the wall clock: the launches' time is %.0f%% of it)\n",
                   static_cast<long long>(steps), steps == 1 ? "" : "s", 1e3 * wall_seconds / per,
