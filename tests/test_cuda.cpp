@@ -402,6 +402,57 @@ TEST_CASE("cuda: a model that does not fit the GPU is a clear error at load, not
 }
 #endif
 
+#ifdef KITE_CUDA_EMU
+TEST_CASE("cuda: --gpu-layers auto puts as many of the last layers as fit on the GPU, the rest on the CPU") {
+  // The emulator's device memory is set by KITE_CUDA_EMU_MEMORY_MB (read at every query).
+  struct Restore {
+    ~Restore() { unsetenv("KITE_CUDA_EMU_MEMORY_MB"); }
+  } restore;
+  const LoadedModel& l = load_model("gguf/llama-target-Q4_K_M.gguf");  // 4 layers, ~10 MB of weights
+  EncodeOptions eo;
+  const std::vector<int32_t> prompt = l.tok->encode("Once upon a time", eo);
+  auto cpu = make_device_ctx(l, "cpu", 128);
+  REQUIRE(cpu->eval(prompt).ok());
+  const auto ref = cpu->logits(0);
+  // The layers placed at each memory size (MiB): none, some, more, all (-1: the embedding too).
+  std::vector<int32_t> placed;
+  for (const char* mib : {"1", "8", "10", "64"}) {
+    CAPTURE(mib);
+    setenv("KITE_CUDA_EMU_MEMORY_MB", mib, 1);
+    ContextOptions opts;
+    opts.n_ctx = 128;
+    opts.device = "cuda";
+    opts.gpu_layers = kGpuLayersAuto;
+    auto ctx = Context::create(l.model, opts);
+    REQUIRE_MESSAGE(ctx.ok(), (ctx.ok() ? std::string() : ctx.error().message));
+    const std::optional<int32_t> n = (*ctx)->auto_gpu_layers();
+    REQUIRE(n.has_value());
+    placed.push_back(*n);
+    // What it placed: the CPU for the first layers (and the embedding), the GPU for the rest.
+    CHECK((*ctx)->n_backends() == (*n > 0 ? 2u : 1u));
+    CHECK((*ctx)->backend(0).name() == (*n == 0 ? "cpu" : *n < 0 ? "cuda" : "cpu"));
+    REQUIRE((*ctx)->eval(prompt).ok());
+    const auto got = (*ctx)->logits(0);
+    double num = 0, den = 0;
+    for (size_t i = 0; i < ref.size(); ++i) num += (ref[i] - got[i]) * (ref[i] - got[i]), den += ref[i] * ref[i];
+    CHECK(num / den < 1e-3);
+  }
+  MESSAGE("--gpu-layers auto at 1, 8, 10, 64 MiB: ", placed[0], ", ", placed[1], ", ", placed[2], ", ", placed[3]);
+  CHECK(placed[0] == 0);
+  CHECK(placed[1] > 0);
+  CHECK(placed[1] < 4);
+  CHECK(placed[2] >= placed[1]);
+  CHECK(placed[3] == -1);
+  // kite run says what it placed.
+  setenv("KITE_CUDA_EMU_MEMORY_MB", "8", 1);
+  const auto r = run_kite({"run", "-m", testdata("gguf/llama-target-Q4_K_M.gguf"), "--device", "cuda", "--gpu-layers",
+                           "auto", "-n", "4", "-c", "128", "-p", "Once upon a time"});
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  CHECK(r.err.find("kite: --gpu-layers auto: the last " + std::to_string(placed[1]) +
+                   " of 4 layers and the output head on cuda, the rest on the CPU") != std::string::npos);
+}
+#endif
+
 TEST_CASE("cuda: two GPU ranks (tensor parallelism over NCCL) give one GPU's logits and greedy text") {
 #ifdef KITE_CUDA_EMU
   // Two emulated GPUs (the count is read at every query); the emulator's NCCL stand-in sums on

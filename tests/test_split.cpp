@@ -225,10 +225,11 @@ TEST_CASE("split: bad placements are clear errors") {
   const LoadedModel& l = load_model("gguf/qwen3-tiny-f16.gguf");
   ContextOptions o;
   o.n_ctx = 64;
-  o.gpu_layers = -2;
+  o.gpu_layers = -3;
   auto bad = Context::create(l.model, o);
   REQUIRE_FALSE(bad.ok());
-  CHECK(bad.error().message.find("gpu_layers must be -1 (every layer) or a layer count >= 0, got -2") !=
+  CHECK(bad.error().message.find(
+            "gpu_layers must be -1 (every layer), -2 (as many as fit) or a layer count >= 0, got -3") !=
         std::string::npos);
   o.gpu_layers = 1;
   o.device = "nope";
@@ -315,7 +316,9 @@ class SmallDevice final : public Backend {
 
 }  // namespace
 
-TEST_CASE("split: a model that does not fit the device is an error at load that names a --gpu-layers that fits") {
+TEST_CASE(
+    "split: a model that does not fit the device is an error at load that names a --gpu-layers that fits, and auto "
+    "picks it") {
   static const bool registered = [] {
     register_backend("small-device", [](const BackendOptions& o) -> Result<std::unique_ptr<Backend>> {
       KITE_ASSIGN_OR_RETURN(auto cpu, create_backend("cpu", o));
@@ -346,7 +349,8 @@ TEST_CASE("split: a model that does not fit the device is an error at load that 
     INFO(m);
     if (k == -1) MESSAGE(m);
     CHECK(m.find("small-device: the model does not fit in device memory: ") == 0);
-    CHECK(m.find(" MiB are free; run fewer layers on the device (--gpu-layers 2 would fit)") != std::string::npos);
+    CHECK(m.find(" MiB are free; run fewer layers on the device (--gpu-layers 2 would fit; --gpu-layers auto picks "
+                 "as many as fit)") != std::string::npos);
   }
   o.gpu_layers = 2;
   auto fits = Context::create(l.model, o);
@@ -358,4 +362,26 @@ TEST_CASE("split: a model that does not fit the device is an error at load that 
   auto ref = make_ctx(l, -1);
   REQUIRE(ref->eval(prompt, 0).ok());
   CHECK(std::memcmp((*fits)->logits(0).data(), ref->logits(0).data(), ref->logits(0).size_bytes()) == 0);
+
+  // --gpu-layers auto: as many as fit with a tenth of the free memory to spare (here 2, as above);
+  // the whole model where it fits; the CPU alone where not even the head does.
+  const size_t room = g_free;
+  for (const size_t free : {room, size_t{1} << 40, size_t{1} << 20}) {
+    CAPTURE(free);
+    g_free = free;
+    o.gpu_layers = kGpuLayersAuto;
+    auto c = Context::create(l.model, o);
+    REQUIRE_MESSAGE(c.ok(), (c.ok() ? std::string() : c.error().message));
+    const int32_t want = free == room ? 2 : free > room ? -1 : 0;
+    CHECK((*c)->auto_gpu_layers() == want);
+    CHECK((*c)->n_backends() == (want > 0 ? 2u : 1u));
+    CHECK((*c)->backend((*c)->n_backends() - 1).name() == (want == 0 ? "cpu" : "small-device"));
+    REQUIRE((*c)->eval(prompt, 0).ok());
+    CHECK(std::memcmp((*c)->logits(0).data(), ref->logits(0).data(), ref->logits(0).size_bytes()) == 0);
+  }
+  g_free = room;
+  o.gpu_layers = 2;  // (a count given is not an auto choice)
+  auto given = Context::create(l.model, o);
+  REQUIRE(given.ok());
+  CHECK_FALSE((*given)->auto_gpu_layers().has_value());
 }

@@ -112,7 +112,8 @@ Status profile_run(Context& c, const std::string& what, FILE* out, const std::fu
       for (size_t i = 0; i < b; ++i) (void)c.backend(i).set_profile(nullptr);
       return h.error();
     }
-    how += std::string(how.empty() ? "" : "; ") + std::string(c.backend(b).name()) + ": " + *h;
+    const std::string said = std::string(c.backend(b).name()) + ": " + *h;
+    if (how.find(said) == std::string::npos) how += (how.empty() ? "" : "; ") + said;  // (ranks: once)
   }
   const auto t0 = std::chrono::steady_clock::now();
   Result<int64_t> steps = run();
@@ -160,6 +161,7 @@ int run_batched(const BenchArgs& a, const std::shared_ptr<const Model>& model, c
       std::cerr << "kite bench: " << ctx.error().message << "\n";
       return kExitFailure;
     }
+    report_auto_layers(**ctx, a.device, "kite bench");
     ModelArgs margs;
     margs.threads = a.threads;
     margs.device = a.device;
@@ -418,6 +420,7 @@ int run_single(const BenchArgs& a, const std::shared_ptr<const Model>& model, co
     std::cerr << "kite bench: " << ctx.error().message << "\n";
     return kExitFailure;
   }
+  report_auto_layers(**ctx, a.device, "kite bench");
   // The host's read bandwidth bounds CPU decode; a GPU's is measured by its own tool
   // (kite-cuda-bandwidth) and passed in with --bandwidth.
   const double bw = a.bandwidth > 0                    ? a.bandwidth

@@ -10,11 +10,25 @@ namespace kite::tools {
 
 Result<int32_t> parse_gpu_layers(const std::string& text) {
   if (text == "all" || text == "-1") return -1;
+  if (text == "auto") return kGpuLayersAuto;
   int32_t n = -1;
   const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), n);
   if (ec != std::errc() || end != text.data() + text.size() || n < 0)
-    return make_error("--gpu-layers '", text, "': expected a layer count (0, 1, 2, ...) or all (-1)");
+    return make_error("--gpu-layers '", text, "': expected a layer count (0, 1, 2, ...), all (-1) or auto");
   return n;
+}
+
+void report_auto_layers(const Context& c, const std::string& device, const char* who) {
+  const std::optional<int32_t> n = c.auto_gpu_layers();
+  if (!n) return;
+  const int64_t n_layer = c.model().hparams().n_layer;
+  if (*n < 0) std::fprintf(stderr, "%s: --gpu-layers auto: the whole model on %s\n", who, device.c_str());
+  else if (*n == 0)
+    std::fprintf(stderr, "%s: --gpu-layers auto: not even the output head fits on %s; the whole model on the CPU\n",
+                 who, device.c_str());
+  else
+    std::fprintf(stderr, "%s: --gpu-layers auto: the last %d of %lld layers and the output head on %s, the rest on the CPU\n",
+                 who, *n, static_cast<long long>(n_layer), device.c_str());
 }
 
 namespace {
@@ -75,13 +89,14 @@ void add_gpu_layers_flag(CLI::App* cmd, int32_t* layers) {
            if (auto n = parse_gpu_layers(v)) *layers = *n;
          },
          "Layers on --device, counted from the last (llama.cpp's -ngl): the rest, and the token "
-         "embedding lookup, run on the CPU. all or -1 (default): the whole model on --device")
+         "embedding lookup, run on the CPU. all or -1 (default): the whole model on --device; auto: as "
+         "many as fit in its free memory, with room left for activations")
       ->check(CLI::Validator(
           [](std::string& v) {
             auto n = parse_gpu_layers(v);
             return n ? std::string() : n.error().message;
           },
-          "N|all"));
+          "N|all|auto"));
 }
 
 void add_model_flags(CLI::App* cmd, ModelArgs* a) {
@@ -149,6 +164,7 @@ Result<Loaded> load_model(const ModelArgs& a, int32_t n_seqs) {
   opts.dump_ops = a.dump_ops;
   opts.dump_dir = a.dump_dir;
   KITE_ASSIGN_OR_RETURN(l.ctx, Context::create(l.model, opts));
+  report_auto_layers(*l.ctx, a.device, "kite");
   return l;
 }
 
@@ -214,6 +230,7 @@ Result<std::unique_ptr<Context>> load_draft(const SpecArgs& a, const ModelArgs& 
   opts.prefix_cache = !target_args.no_prefix_cache;
   auto ctx = Context::create(std::move(*model), opts);
   if (!ctx) return ctx.error().with_context("--draft " + a.draft);
+  report_auto_layers(**ctx, target_args.device, "kite: --draft");
   return std::move(*ctx);
 }
 

@@ -36,10 +36,13 @@ struct ModelArgs {
 // -m/--model (required), -t/--threads, -c/--ctx, --device, --gpu-layers, --tensor-parallel,
 // --kv-type, --kv-memory, --no-prefix-cache, --dump-ops, --dump-dir.
 void add_model_flags(CLI::App* cmd, ModelArgs* a);
-// --gpu-layers N|all into `*layers` (-1: all); a bad value is a usage error naming it.
+// --gpu-layers N|all|auto into `*layers` (-1: all); a bad value is a usage error naming it.
 void add_gpu_layers_flag(CLI::App* cmd, int32_t* layers);
-// "12" -> 12, "all" or "-1" -> -1; anything else is an error naming the text.
+// "12" -> 12, "all" or "-1" -> -1, "auto" -> kGpuLayersAuto; anything else is an error naming
+// the text.
 Result<int32_t> parse_gpu_layers(const std::string& text);
+// With --gpu-layers auto, says on stderr (as `who`) what the context placed on `device`.
+void report_auto_layers(const Context& c, const std::string& device, const char* who);
 // --temp, --top-k, --top-p, --min-p, --typical, --repeat-penalty, --repeat-last-n,
 // --frequency-penalty, --presence-penalty, --seed.
 void add_sampling_flags(CLI::App* cmd, SamplerParams* p);

@@ -78,8 +78,10 @@ kite_status kite_context_new(kite_model* model, const kite_context_params* param
     if (p.n_seq_max <= 0) return bad("n_seq_max", p.n_seq_max, "> 0");
     if (p.n_threads < 0) return bad("n_threads", p.n_threads, ">= 0 (0: every core)");
     if (p.n_batch <= 0) return bad("n_batch", p.n_batch, "> 0");
-    if (p.gpu_layers < -1)
-      return bad("gpu_layers", p.gpu_layers, "-1 (every layer on the device), 0 (none) or a layer count");
+    static_assert(KITE_GPU_LAYERS_AUTO == kGpuLayersAuto);
+    if (p.gpu_layers < KITE_GPU_LAYERS_AUTO)
+      return bad("gpu_layers", p.gpu_layers,
+                 "-1 (every layer on the device), -2 (as many as fit), 0 (none) or a layer count");
     if (p.tensor_parallel < 1) return bad("tensor_parallel", p.tensor_parallel, ">= 1");
     const std::string device = p.device != nullptr ? p.device : "cpu";
     const std::vector<std::string> devices = backend_names();

@@ -197,6 +197,9 @@ KITE_API kite_status kite_chat_apply_template(const kite_model *model, const cha
 
 typedef enum kite_kv_type { KITE_KV_F16 = 0, KITE_KV_BF16 = 1, KITE_KV_F32 = 2, KITE_KV_Q8_0 = 3 } kite_kv_type;
 
+/* kite_context_params.gpu_layers: as many of the last layers as fit in the device's memory. */
+#define KITE_GPU_LAYERS_AUTO (-2)
+
 /* Contexts are made from kite_context_default_params() with fields changed: the struct may grow
  * (new fields at the end) between versions, so always start from the defaults, and rebuild an
  * app against the kite.h of the libkite it loads (0.x versions do not keep the struct's size). */
@@ -218,7 +221,10 @@ typedef struct kite_context_params {
    *      the first n_layer - N layers on the CPU (N >= n_layer: every layer on `device`); the
    *      activations cross once per step. With device "cpu" the second part runs on a second CPU
    *      backend (the results equal the unsplit ones; for testing a split).
-   * Below -1: KITE_ERROR_INVALID_ARGUMENT. When the layers do not fit in the device's memory,
+   *   KITE_GPU_LAYERS_AUTO (-2): as many of the last layers as fit in the device's free memory
+   *      (leaving a tenth of it, at most 1 GiB, for activations): the whole model where it fits,
+   *      none where not even the head does.
+   * Below -2: KITE_ERROR_INVALID_ARGUMENT. When the layers do not fit in the device's memory,
    * kite_context_new fails with KITE_ERROR_OUT_OF_MEMORY and a message naming a count that fits. */
   int32_t gpu_layers;
   /* Tensor parallelism: every layer split over this many ranks on `device` (default 1). "cpu":

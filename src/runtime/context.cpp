@@ -84,16 +84,25 @@ Status Context::open_backends() {
     rank_threads_ = std::make_unique<ThreadTeam>(world);
     return ok_status();
   }
-  const int32_t n = opts_.gpu_layers;
-  if (!opts_.placement && n < -1)
-    return make_error("gpu_layers must be -1 (every layer) or a layer count >= 0, got ", n);
+  int32_t n = opts_.gpu_layers;
+  if (!opts_.placement && n < kGpuLayersAuto)
+    return make_error("gpu_layers must be -1 (every layer), -2 (as many as fit) or a layer count >= 0, got ", n);
+  std::unique_ptr<Backend> dev;
+  if (!opts_.placement && n == kGpuLayersAuto) {  // as many of the last layers as fit
+    KITE_ASSIGN_OR_RETURN(dev, create_backend(opts_.device, bo));
+    n = layers_that_fit(*dev);
+    auto_layers_ = n;
+    if (n == 0) dev.reset();  // (not even the head: all on the CPU)
+  }
   const bool split = opts_.placement || n > 0;
   if (split) {
     KITE_ASSIGN_OR_RETURN(auto cpu, create_backend("cpu", bo));
     backends_.push_back(std::move(cpu));
   }
   if (split || n < 0) {
-    KITE_ASSIGN_OR_RETURN(auto dev, create_backend(opts_.device, bo));
+    if (!dev) {
+      KITE_ASSIGN_OR_RETURN(dev, create_backend(opts_.device, bo));
+    }
     backends_.push_back(std::move(dev));
   } else {
     KITE_ASSIGN_OR_RETURN(auto cpu, create_backend("cpu", bo));
@@ -115,14 +124,49 @@ Status Context::open_backends() {
   return ok_status();
 }
 
+// The KV cache's blocks and block size as KvCache::create will make them; 0 blocks where the
+// options are invalid (KvCache::create names the problem).
+std::pair<int64_t, int64_t> Context::kv_blocks() const {
+  const int64_t bs = opts_.kv_block_size > 0 ? opts_.kv_block_size : 1;
+  const int64_t n_blocks = opts_.kv_blocks > 0 ? opts_.kv_blocks : (opts_.n_ctx + bs - 1) / bs * opts_.n_seqs;
+  if (quant::find_traits(opts_.kv_type) == nullptr) return {0, bs};
+  return {std::max<int64_t>(n_blocks, 0), bs};
+}
+
+// Bytes `dev` would hold with the last k layers (k > 0: and the output head; `embedding`: and
+// the token embedding, the whole model when k is n_layer) on it: their weights (less any it
+// already holds) and their KV cache.
+size_t Context::device_bytes(const Backend& dev, int64_t k, bool embedding) const {
+  const HParams& hp = model_->hparams();
+  const auto [n_blocks, bs] = kv_blocks();
+  const size_t kv_layer =
+      n_blocks > 0 ? KvCache::layer_bytes(hp, opts_.kv_type, static_cast<int32_t>(bs), n_blocks) : 0;
+  const int64_t first = hp.n_layer - k;
+  return model_->weight_bytes([&](int32_t l) { return (k > 0 && l >= first) || (embedding && l < 0); },
+                              [&](const Tensor& t) { return dev.holds_weight(t); }) +
+         static_cast<size_t>(k) * kv_layer;
+}
+
+// --gpu-layers auto: -1 where the whole model fits in `dev`'s free memory (or `dev` has none of
+// its own), else the most of the last layers that fit (0: not even the head), each time leaving
+// a tenth of the free memory (at most 1 GiB) to activations and the kernels' scratch.
+int32_t Context::layers_that_fit(const Backend& dev) const {
+  const std::optional<MemoryInfo> mem = dev.memory_info();
+  if (!mem) return -1;
+  const size_t budget = mem->free - std::min(mem->free / 10, size_t{1} << 30);
+  const int64_t n_layer = model_->hparams().n_layer;
+  if (device_bytes(dev, n_layer, true) <= budget) return -1;
+  int64_t k = n_layer;
+  while (k > 0 && device_bytes(dev, k) > budget) --k;
+  return static_cast<int32_t>(k);
+}
+
 // Before anything is mirrored or allocated: the weights and KV each device will hold against its
 // free memory, so a model that does not fit is an error at load, not mid-request.
 Status Context::check_device_memory() const {
   const HParams& hp = model_->hparams();
-  const int64_t bs = opts_.kv_block_size > 0 ? opts_.kv_block_size : 1;
-  const int64_t n_blocks = opts_.kv_blocks > 0 ? opts_.kv_blocks : (opts_.n_ctx + bs - 1) / bs * opts_.n_seqs;
-  const quant::TypeTraits* tt = quant::find_traits(opts_.kv_type);
-  if (tt == nullptr || n_blocks <= 0) return ok_status();  // KvCache::create names the problem
+  const auto [n_blocks, bs] = kv_blocks();
+  if (n_blocks <= 0) return ok_status();  // KvCache::create names the problem
   if (const int32_t world = opts_.tensor_parallel; world > 1) {
     // Each rank: its slices of every layer, the whole embedding and head, its KV heads.
     const size_t kv_rank = KvCache::layer_bytes(model_->rank_hparams(world), opts_.kv_type, static_cast<int32_t>(bs),
@@ -160,16 +204,14 @@ Status Context::check_device_memory() const {
     const size_t total = need([&](int32_t l) { return placement_(l) == static_cast<int>(b); }, &layers);
     if (total <= mem->free) continue;
     // The largest gpu_layers that would fit (last k layers and the head on the device).
-    int64_t fits = -1;
-    for (int64_t k = std::min<int64_t>(layers, hp.n_layer) - 1; k >= 0 && fits < 0; --k) {
-      const int64_t first = hp.n_layer - k;
-      if (need([&](int32_t l) { return k > 0 && l >= first; }, nullptr) <= mem->free) fits = k;
-    }
+    int64_t fits = std::min<int64_t>(layers, hp.n_layer) - 1;
+    while (fits > 0 && device_bytes(*backends_[b], fits) > mem->free) --fits;
     return make_error(backends_[b]->name(), ": the model does not fit in device memory: ", layers, " of ",
                       hp.n_layer, " layers need ", total / kMiB, " MiB (weights ", weights / kMiB, " MiB, KV cache ",
                       (total - weights) / kMiB, " MiB), but only ", mem->free / kMiB, " MiB of ", mem->total / kMiB,
                       " MiB are free; run fewer layers on the device (--gpu-layers ", std::max<int64_t>(fits, 0),
-                      " would fit) or shrink the KV cache (--ctx, --kv-memory)");
+                      " would fit; --gpu-layers auto picks as many as fit) or shrink the KV cache (--ctx, "
+                      "--kv-memory)");
   }
   return ok_status();
 }

@@ -28,6 +28,8 @@
 
 namespace kite {
 
+inline constexpr int32_t kGpuLayersAuto = -2;  // ContextOptions::gpu_layers: as many as fit
+
 struct ContextOptions {
   int n_threads = 0;       // 0: all physical cores
   int64_t n_ctx = 2048;    // positions per sequence
@@ -42,6 +44,8 @@ struct ContextOptions {
   // the token embedding lookup and the first n_layer - N layers on the CPU (N >= n_layer: every
   // layer on the device, the lookup on the CPU; 0: all on the CPU). With device "cpu" and N > 0
   // the device is a second CPU backend instance (tests; measuring what a split costs).
+  // kGpuLayersAuto (-2): as many of the last layers as fit in the device's free memory, with
+  // room left for activations (all of them, and the embedding, when the whole model fits).
   int32_t gpu_layers = -1;
   // Tensor parallelism: ranks of a group on `device`, each running every layer over its slice
   // of the heads and FFN width (model.h, TpRank), summing partial results with all_reduce.
@@ -125,6 +129,8 @@ class Context {
   Backend& backend(size_t i) const { return *backends_[i]; }
   // The backend index of model part `layer` (-1: token embedding, n_layer: output head).
   int placement(int32_t layer) const { return placement_(layer); }
+  // With gpu_layers kGpuLayersAuto: the count it chose (-1: the whole model on the device).
+  std::optional<int32_t> auto_gpu_layers() const { return auto_layers_; }
   // Copies between backends so far, and the splits / copies of the last step's graph.
   const SplitStats& split_stats() const { return split_stats_; }
   int last_splits() const { return last_splits_; }
@@ -137,6 +143,9 @@ class Context {
   Context();
   Status open_backends();
   Status check_device_memory() const;
+  std::pair<int64_t, int64_t> kv_blocks() const;
+  size_t device_bytes(const Backend& dev, int64_t k, bool embedding = false) const;
+  int32_t layers_that_fit(const Backend& dev) const;
   Result<Step*> step_for(int64_t n_tokens, int64_t n_outputs, OutputKind kind, OutputTopK top_k);
   Status dump_op(const Tensor& n, Backend& backend, int step_no);
   // A step input's host bytes; upload_inputs() sends a step's inputs to backend `b` in as few
@@ -163,6 +172,7 @@ class Context {
   std::vector<std::unique_ptr<Backend>> backends_;
   std::vector<Backend*> backend_ptrs_;
   std::function<int(int32_t layer)> placement_;
+  std::optional<int32_t> auto_layers_;  // (auto_gpu_layers)
   std::unique_ptr<KvCache> kv_;
   // (tokens, outputs, kind, top k, with log-sum-exp, with draws, whole rows beside the top k)
   std::map<std::tuple<int64_t, int64_t, OutputKind, int32_t, bool, bool, int64_t>, std::unique_ptr<Step>> steps_;

@@ -63,9 +63,10 @@ void test_placement(void) {
 
   /* Bad values are KITE_ERROR_INVALID_ARGUMENT naming the field; no context comes out. */
   kite_context* c = NULL;
-  p.gpu_layers = -2;
+  p.gpu_layers = -3;
   CHECK_ERROR(kite_context_new(m, &p, &c), KITE_ERROR_INVALID_ARGUMENT,
-              "gpu_layers must be -1 (every layer on the device), 0 (none) or a layer count, got -2");
+              "gpu_layers must be -1 (every layer on the device), -2 (as many as fit), 0 (none) or a layer count, "
+              "got -3");
   p.gpu_layers = INT32_MIN;
   CHECK_ERROR(kite_context_new(m, &p, &c), KITE_ERROR_INVALID_ARGUMENT, "gpu_layers");
   p = kite_context_default_params();
@@ -92,8 +93,9 @@ void test_placement(void) {
   p.n_threads = 2;
   REQUIRE_OK(last_logits(m, &p, ids, n, ref));
 
-  /* Every split on the CPU gives the unsplit logits, bit for bit; NULL device means "cpu". */
-  const int32_t splits[] = {0, 1, n_layer - 1, n_layer, n_layer + 3};
+  /* Every split on the CPU gives the unsplit logits, bit for bit (auto: the CPU has no memory of its own to fit:
+   * the whole model); NULL device means "cpu". */
+  const int32_t splits[] = {0, 1, n_layer - 1, n_layer, n_layer + 3, KITE_GPU_LAYERS_AUTO};
   for (size_t i = 0; i < sizeof splits / sizeof splits[0]; ++i) {
     p.gpu_layers = splits[i];
     p.device = i % 2 ? NULL : "cpu";
