@@ -5,14 +5,16 @@
 #                build-cuda (KITE_CUDA=ON, sm_90), stripped: the device image has CMake, ninja
 #                and nvcc but not the Debian packages kite builds against (nlohmann-json,
 #                CLI11, doctest, cpp-httplib);
-#                lib/: the shared libraries they need beyond glibc/libstdc++ and CUDA's own
+#                lib/: the shared libraries they need beyond glibc/libstdc++ and CUDA's own.
+#                Each binary holds the same ~15 MB of sm_90 kernels: one xz stream with a 64 MiB
+#                dictionary (-9, one thread) stores them once (22 MB at -6 -T0, 10 MB so)
 #   testdata.tar.xz  the GGUF test files and heldout.txt (the GPU tests), compressed (49 -> 35 MB)
 #   or, with WITH_LLAMA=1, instead of the test data:
 #   llama-cuda.tar.xz  llama.cpp's CUDA build (llama-bench, llama-batched-bench and their
 #                libraries), stripped, from LLAMA_CUDA_BUILD (default /tmp/llama.cpp/build-cuda):
 #                `bench/build-llama-cpp.sh --cuda` makes it (sm_90 only; about 1h45 on 2 cores,
-#                so it is built once and kept). It is 41 MB compressed: with the test data the
-#                carry would pass 64 MiB, so a GPU session runs the device script twice, once
+#                so it is built once and kept). It is about 41 MB compressed: with the test data
+#                the carry would pass 64 MiB, so a GPU session runs the device script twice, once
 #                prepared each way (the llama.cpp comparison first: it is the issue's headline),
 #                or once with the tests only.
 #   libvulkan1.deb  Debian's Vulkan loader, for the Vulkan steps where the device image lacks one
@@ -45,7 +47,7 @@ done
 ldd "$build/tools/kite" "$build/tests/kite-tests" | awk '/=>/ {print $3}' | sort -u |
   grep -v -E '/(libc|libm|libstdc\+\+|libgcc_s|ld-linux-x86-64|libpthread|libdl|librt|libcuda|libcudart|libcublas|libcublasLt)\.so' |
   while read -r lib; do cp -L "$lib" "$stage/lib/"; done
-tar -C "$stage" -cJf "$carry/kite-bin.tar.xz" bin lib
+tar -C "$stage" -cf - bin lib | xz -9 -T1 >"$carry/kite-bin.tar.xz"
 rm -rf "$stage"
 
 src="$(sed -n 's/^KITE_TESTDATA_DIR:PATH=//p' "$build/CMakeCache.txt")"
