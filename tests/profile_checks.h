@@ -22,7 +22,8 @@ inline double matmul_weight_bytes(const std::string& path) {
   const bool tied = (*src)->find_tensor("output.weight") == nullptr;
   double bytes = 0;
   for (const TensorInfo& t : (*src)->tensors())
-    if (t.ne.size() >= 2 && t.ne[1] > 1 && (tied || t.name != "token_embd.weight")) bytes += static_cast<double>(t.nbytes);
+    if (t.ne.size() >= 2 && t.ne[1] > 1 && (tied || t.name != "token_embd.weight"))
+      bytes += static_cast<double>(t.nbytes);
   return bytes;
 }
 

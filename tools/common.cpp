@@ -22,12 +22,14 @@ void report_auto_layers(const Context& c, const std::string& device, const char*
   const std::optional<int32_t> n = c.auto_gpu_layers();
   if (!n) return;
   const int64_t n_layer = c.model().hparams().n_layer;
-  if (*n < 0) std::fprintf(stderr, "%s: --gpu-layers auto: the whole model on %s\n", who, device.c_str());
+  if (*n < 0)
+    std::fprintf(stderr, "%s: --gpu-layers auto: the whole model on %s\n", who, device.c_str());
   else if (*n == 0)
     std::fprintf(stderr, "%s: --gpu-layers auto: not even the output head fits on %s; the whole model on the CPU\n",
                  who, device.c_str());
   else
-    std::fprintf(stderr, "%s: --gpu-layers auto: the last %d of %lld layers and the output head on %s, the rest on the CPU\n",
+    std::fprintf(stderr,
+                 "%s: --gpu-layers auto: the last %d of %lld layers and the output head on %s, the rest on the CPU\n",
                  who, *n, static_cast<long long>(n_layer), device.c_str());
 }
 

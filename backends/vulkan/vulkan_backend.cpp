@@ -264,8 +264,8 @@ class VulkanBackend final : public Backend, public Stream {
     KITE_TRY(synchronize());
     stamps_.resize(nodes.size() + 1);
     KITE_VK_CHECK(dev_->api().vkGetQueryPoolResults(dev_->handle(), queries_, 0, static_cast<uint32_t>(stamps_.size()),
-                                                    stamps_.size() * sizeof(uint64_t), stamps_.data(),
-                                                    sizeof(uint64_t), VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT));
+                                                    stamps_.size() * sizeof(uint64_t), stamps_.data(), sizeof(uint64_t),
+                                                    VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT));
     const uint64_t mask = dev_->timestamp_bits() >= 64 ? ~uint64_t{0} : (uint64_t{1} << dev_->timestamp_bits()) - 1;
     for (size_t i = 0; i < nodes.size(); ++i) {
       const uint64_t ticks = (stamps_[i + 1] - stamps_[i]) & mask;

@@ -7,7 +7,9 @@
 namespace kite {
 namespace {
 
-bool digit(char c) { return std::isdigit(static_cast<unsigned char>(c)) != 0; }
+bool digit(char c) {
+  return std::isdigit(static_cast<unsigned char>(c)) != 0;
+}
 
 // A node's name without its layer: "l12.ffn_out" -> "ffn_out", "cache_k.12" -> "cache_k".
 std::string_view role(const Tensor& n) {
@@ -28,7 +30,9 @@ std::string_view type_name(DType t) {
   return tr != nullptr ? tr->name : std::string_view("?");
 }
 
-bool computes(const Tensor& n) { return n.op != Op::kView && n.op != Op::kNone; }
+bool computes(const Tensor& n) {
+  return n.op != Op::kView && n.op != Op::kNone;
+}
 
 }  // namespace
 
@@ -53,8 +57,10 @@ std::string profile_label(std::span<Tensor* const> nodes) {
     out += " +";
     out += r.empty() ? std::string_view(op_name(n->op)) : r;
     if (n->op == Op::kMulMat) {
-      if (first_mm == nullptr) first_mm = n;
-      else if (n->src[0]->type != first_mm->src[0]->type) ((out += '(') += type_name(n->src[0]->type)) += ')';
+      if (first_mm == nullptr)
+        first_mm = n;
+      else if (n->src[0]->type != first_mm->src[0]->type)
+        ((out += '(') += type_name(n->src[0]->type)) += ')';
     }
   }
   return out;
@@ -128,8 +134,10 @@ std::string format_profile(const OpProfile& p, int64_t steps, double wall_second
   for (const OpProfile::Row& r : rows) {
     const std::string op = r.what.substr(0, r.what.find(' '));
     auto it = std::find_if(ops.begin(), ops.end(), [&](const auto& e) { return e.first == op; });
-    if (it == ops.end()) ops.emplace_back(op, r.seconds);
-    else it->second += r.seconds;
+    if (it == ops.end())
+      ops.emplace_back(op, r.seconds);
+    else
+      it->second += r.seconds;
   }
   std::stable_sort(ops.begin(), ops.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
   out += "(by op:";
@@ -140,9 +148,9 @@ std::string format_profile(const OpProfile& p, int64_t steps, double wall_second
   }
   out += ")\n";
   if (wall_seconds > 0) {
-    std::snprintf(buf, sizeof buf, "(%lld step%s, %.3f ms a step by the wall clock: the launches' time is %.0f%% of it)\n",
-                  static_cast<long long>(steps), steps == 1 ? "" : "s", 1e3 * wall_seconds / per,
-                  100 * total / wall_seconds);
+    std::snprintf(
+        buf, sizeof buf, "(%lld step%s, %.3f ms a step by the wall clock: the launches' time is %.0f%% of it)\n",
+        static_cast<long long>(steps), steps == 1 ? "" : "s", 1e3 * wall_seconds / per, 100 * total / wall_seconds);
     out += buf;
   }
   return out;
