@@ -160,10 +160,11 @@ fi
 bw_flag=()
 [ -n "$bw" ] && bw_flag=(--bandwidth "$bw")
 
-# The GPU tests (kite-tests): clean errors, kite run, greedy equality first (quick), the rest later.
-tests_quick="cuda: without*,cuda: cuBLAS*,cuda: kite run*,cuda: greedy*,cuda: fused*"
+# The GPU tests (kite-tests): clean errors, kite run, greedy equality and a profiled step first (quick),
+# the rest later.
+tests_quick="cuda: without*,cuda: cuBLAS*,cuda: kite run*,cuda: greedy*,cuda: fused*,cuda: a profiled*"
 tests_rest="cuda: every GGUF*,cuda: a sequence*,cuda: mmq*,cuda: contexts*,cuda: the last*,cuda: decode steps*"
-KEEP_TESTS='test cases|assertions|ERROR|FAILED|on cuda|greedy tokens|diverged|skipped|nmse|as graphs|graph capture'
+KEEP_TESTS='test cases|assertions|ERROR|FAILED|on cuda|greedy tokens|diverged|skipped|nmse|as graphs|graph capture|CUDA launches'
 if [ -z "${SKIP_TESTS:-}" ]; then
   KEEP=$KEEP_TESTS
   run_step "cuda tests: quick" 60 "$bin/kite-tests" -tc="$tests_quick" --duration=true
