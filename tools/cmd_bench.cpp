@@ -372,29 +372,21 @@ int run_bench(const BenchArgs& a) {
   return rc;
 }
 
-// --profile after the pp/tg results: each test once more, profiled.
-int profile_single(const BenchArgs& a, Context& c, const std::vector<int32_t>& prompt, std::mt19937& rng,
-                   std::uniform_int_distribution<int32_t>& tok) {
+// --profile after the pp/tg results: each test once more, profiled (`pp` and `tg` run a test
+// from the context at its depth).
+int profile_single(const BenchArgs& a, Context& c, const std::function<Status()>& pp,
+                   const std::function<Status()>& tg) {
   if (!a.profile) return kExitOk;
   FILE* out = a.json ? stderr : stdout;
   std::fflush(stdout);
+  auto once = [&](int n, const std::function<Status()>& test) -> Result<int64_t> {
+    c.kv().truncate(0, a.depth);
+    KITE_TRY(test());
+    return int64_t{n};
+  };
   Status st = ok_status();
-  if (a.n_prompt > 0)
-    st = profile_run(c, "pp" + std::to_string(a.n_prompt), out, [&]() -> Result<int64_t> {
-      c.kv().truncate(0, a.depth);
-      KITE_TRY(c.eval(prompt, 0, false, static_cast<size_t>(a.n_prompt)));
-      return int64_t{1};
-    });
-  if (st && a.n_gen > 0)
-    st = profile_run(c, "tg" + std::to_string(a.n_gen), out, [&]() -> Result<int64_t> {
-      c.kv().truncate(0, a.depth);
-      int32_t next = 1;
-      for (int i = 0; i < a.n_gen; ++i) {
-        KITE_TRY(c.eval(std::span<const int32_t>(&next, 1)));
-        next = tok(rng);
-      }
-      return int64_t{a.n_gen};
-    });
+  if (a.n_prompt > 0) st = profile_run(c, "pp" + std::to_string(a.n_prompt), out, [&] { return once(1, pp); });
+  if (st && a.n_gen > 0) st = profile_run(c, "tg" + std::to_string(a.n_gen), out, [&] { return once(a.n_gen, tg); });
   if (!st) {
     std::cerr << "kite bench: --profile: " << st.error().message << "\n";
     return kExitFailure;
@@ -448,22 +440,28 @@ int run_single(const BenchArgs& a, const std::shared_ptr<const Model>& model, co
     std::cerr << "kite bench: " << st.error().message << "\n";
     return kExitFailure;
   };
+  // The tests, from the context at its depth: one batch of the prompt; n_gen tokens one at a time.
+  auto run_pp = [&]() -> Status { return c.eval(prompt, 0, false, static_cast<size_t>(a.n_prompt)); };
+  auto run_tg = [&]() -> Status {
+    int32_t next = 1;
+    for (int i = 0; i < a.n_gen; ++i) {
+      KITE_TRY(c.eval(std::span<const int32_t>(&next, 1)));
+      next = tok(rng);
+    }
+    return ok_status();
+  };
   // One warm-up of each (builds the graphs, faults in the weights), then the repetitions.
   for (int rep = -1; rep < a.reps; ++rep) {
     if (a.n_prompt > 0) {
       c.kv().truncate(0, a.depth);
       const auto t0 = std::chrono::steady_clock::now();
-      if (auto st = c.eval(prompt, 0, false, static_cast<size_t>(a.n_prompt)); !st) return fail(st);
+      if (auto st = run_pp(); !st) return fail(st);
       if (rep >= 0) pp.push_back(a.n_prompt / seconds_since(t0));
     }
     if (a.n_gen > 0) {
       c.kv().truncate(0, a.depth);
-      int32_t next = 1;
       const auto t0 = std::chrono::steady_clock::now();
-      for (int i = 0; i < a.n_gen; ++i) {
-        if (auto st = c.eval(std::span<const int32_t>(&next, 1)); !st) return fail(st);
-        next = tok(rng);
-      }
+      if (auto st = run_tg(); !st) return fail(st);
       if (rep >= 0) tg.push_back(a.n_gen / seconds_since(t0));
     }
   }
@@ -484,7 +482,7 @@ int run_single(const BenchArgs& a, const std::shared_ptr<const Model>& model, co
         name.c_str(), a.device.c_str(), kernels, static_cast<unsigned long long>(weight_bytes),
         static_cast<unsigned long long>(decode_bytes), static_cast<unsigned long long>(params), threads, a.depth,
         a.kv_type.c_str(), a.n_prompt, pp_ts, a.n_gen, tg_ts, tg_gbs, bw);
-    return profile_single(a, c, prompt, rng, tok);
+    return profile_single(a, c, run_pp, run_tg);
   }
   std::printf("| model | size | params | threads | test | t/s | GB/s |\n|---|---:|---:|---:|---|---:|---:|\n");
   // The threads column names the device for GPU runs (both rows alike).
@@ -510,7 +508,7 @@ int run_single(const BenchArgs& a, const std::shared_ptr<const Model>& model, co
                 bw, threads, threads == 1 ? "" : "s");
   else if (a.device == "cpu") std::printf("(median of %d; device cpu, kernels %s)\n", a.reps, kernels);
   else std::printf("(median of %d; device %s)\n", a.reps, a.device.c_str());
-  return profile_single(a, c, prompt, rng, tok);
+  return profile_single(a, c, run_pp, run_tg);
 }
 
 }  // namespace
