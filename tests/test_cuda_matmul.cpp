@@ -223,6 +223,34 @@ TEST_CASE("cuda: mmq or cuBLAS per shape, timed at first use, or forced by KITE_
     CHECK(got == mmq);
     CHECK(measured_choices("cuda")[0].find("cuBLAS could not run") != std::string::npos);
   }
+  // The timing's cuBLAS scratch (the F16 weight chunk: 8 MiB here, with headroom 10) is held
+  // after it only where cuBLAS was kept; a cuBLAS made slow keeps mmq. (Device memory is the
+  // emulator's exact count.)
+  for (const char* delay : {"0", "200"}) {
+    const ScopedEnv slow("KITE_CUDA_EMU_CUBLAS_DELAY_MS", delay);
+    cuda::reset_cuda_matmul_choices();
+    const int64_t k2 = 2048, m2 = 2048, n2 = 16;
+    const std::vector<uint8_t> wb = encode(t, randn(static_cast<size_t>(k2 * m2), seed++), m2, k2);
+    const std::vector<float> xf = randn(static_cast<size_t>(k2 * n2), seed++);
+    auto fresh = cuda_or_skip();
+    REQUIRE(fresh);
+    const size_t before = fresh->memory_info().value().free;
+    const std::vector<float> got = mul_mat_on(*fresh, t, wb, xf, k2, m2, n2);
+    const size_t held = before - fresh->memory_info().value().free;
+    const std::vector<cuda::MatmulChoice> choices = cuda::cuda_matmul_choices();
+    REQUIRE(choices.size() == 1);
+    INFO("cuBLAS delay ", std::string(delay), " ms: ", std::string(choices[0].mmq ? "mmq" : "cuBLAS"),
+         " kept; device memory held after the step: ", held >> 10, " KiB");
+    CHECK(choices[0].cublas_ms > 0);
+    if (std::string(delay) != "0") CHECK(choices[0].mmq);
+    if (choices[0].mmq)
+      CHECK(held < (size_t{2} << 20));
+    else
+      CHECK(held >= (size_t{8} << 20));
+    // The kept way's bits, whichever it was.
+    const MmqEnv env(choices[0].mmq ? "1" : "0");
+    CHECK(got == mul_mat_on(*fresh, t, wb, xf, k2, m2, n2));
+  }
 #endif
 #endif
 }

@@ -180,6 +180,15 @@ Result<void*> Device::scratch(Scratch& s, size_t bytes, std::string_view what) {
   return s.ptr.get();
 }
 
+Status Device::release(Scratch& s) {
+  if (!s.ptr) return ok_status();
+  KITE_CUDA_CHECK(cudaStreamSynchronize(stream()));
+  s.ptr.reset();
+  s.bytes = 0;
+  ++generation_;
+  return ok_status();
+}
+
 Status Device::upload(void* dst, const void* src, size_t bytes) {
   auto* d = static_cast<uint8_t*>(dst);
   const auto* h = static_cast<const uint8_t*>(src);

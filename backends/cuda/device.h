@@ -92,8 +92,10 @@ class Device {
   // memory (a weight in the file mapping), the device mirror of its root leaf, uploaded on
   // first use by any backend on this GPU and shared by all (src/core/weight_mirrors.h).
   Result<uint8_t*> address(const Tensor* t);
-  // At least `bytes` of scratch `s` (grows; never shrinks).
+  // At least `bytes` of scratch `s` (grows; shrinks only by release).
   Result<void*> scratch(Scratch& s, size_t bytes, std::string_view what);
+  // Frees scratch `s` once the stream's queued work is done (the next scratch() allocates anew).
+  Status release(Scratch& s);
 
   // Host <-> device through the pinned staging buffer.
   Status upload(void* dst, const void* src, size_t bytes);
@@ -104,7 +106,7 @@ class Device {
 
   // Whether host weight `t` has a mirror on this GPU (this backend's or another's).
   bool has_mirror(const Tensor& t) const;
-  // Bumped whenever a mirror or scratch buffer is (re)allocated: device addresses that a
+  // Bumped whenever a mirror or scratch buffer is (re)allocated or freed: device addresses that a
   // captured CUDA graph holds are valid only for the generation it was captured in.
   uint64_t generation() const { return generation_; }
 

@@ -3,7 +3,10 @@
 #include "backends/cuda/emu/cublas.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <thread>
 #include <vector>
 
 #include "backends/cuda/cublas_api.h"
@@ -57,7 +60,12 @@ cublasStatus_t gemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb
   if (!operand_ok("A", a, at, an ? m : k, an ? k : m, lda) || !operand_ok("B", b, bt, bn ? k : n, bn ? n : k, ldb) ||
       !operand_ok("C", c, ct, m, n, ldc))
     return CUBLAS_STATUS_EXECUTION_FAILED;
+  // KITE_CUDA_EMU_CUBLAS_DELAY_MS: each GEMM takes that much longer (a slow cuBLAS, so that
+  // tests can see kite time it against mmq and keep mmq).
+  const char* delay_env = std::getenv("KITE_CUDA_EMU_CUBLAS_DELAY_MS");
+  const int delay_ms = delay_env != nullptr ? std::atoi(delay_env) : 0;
   const cudaError_t e = kite::cuda::emu::enqueue(h->stream, [=] {
+    if (delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
     // op(A) as m rows of k and op(B) as n columns of k, contiguous f32.
     std::vector<float> ar(static_cast<size_t>(m) * k), bc(static_cast<size_t>(n) * k);
     for (int i = 0; i < m; ++i)
