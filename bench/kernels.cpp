@@ -3,6 +3,7 @@
 //
 //   kite-bench-kernels [--threads N] [--levels scalar,avx2,avxvnni,avx512] [--types q4_0,q4_K,...]
 //                      [--n 1,512] [--gemm-max N]  (small batches up to N rows use gemm8; 0: never)
+//                      [--wgemm-max N]  (wgemm, weights read in place, up to N rows; 0: never)
 //
 // Decode (n=1) cycles through enough copies of the weights (>= 512 MiB) that they stream from
 // DRAM as in a real model; prefill (n=512) reuses one copy.
@@ -297,8 +298,9 @@ int main(int argc, char** argv) {
     else if (a == "--ops") ops = true;
     else if (a == "--attn" && i + 1 < argc) attn = argv[++i];
     else if (a == "--gemm-max" && i + 1 < argc) cpu::set_gemm8_max_rows(std::atoll(argv[++i]));
+    else if (a == "--wgemm-max" && i + 1 < argc) cpu::set_wgemm_rows(-1, std::atoll(argv[++i]));
     else {
-      std::fprintf(stderr, "usage: kite-bench-kernels [--threads N] [--levels l1,l2] [--types t1,t2] [--n 1,512] [--no-bandwidth] [--first-shape] [--ops] [--attn 16:512,64:512] [--gemm-max N]\n");
+      std::fprintf(stderr, "usage: kite-bench-kernels [--threads N] [--levels l1,l2] [--types t1,t2] [--n 1,512] [--no-bandwidth] [--first-shape] [--ops] [--attn 16:512,64:512] [--gemm-max N] [--wgemm-max N]\n");
       return 2;
     }
   }

@@ -498,6 +498,55 @@ TEST_CASE("ops: wgemm batched-decode kernels match the packed tiles on the same 
   if (cpu::best_simd_level() == SimdLevel::kAvx512) CHECK(types == 12);
 }
 
+TEST_CASE("ops: wide 16-element-scale prefill tiles give wgemm's bits") {
+  // Q6_K, Q3_K and Q2_K (with its mins): the 16-row tiles are decoded by wgemm's decoders and
+  // take its arithmetic block by block, so every activation row count gives its sums exactly.
+  int types = 0;
+  for (SimdLevel l : cpu::supported_simd_levels()) {
+    if (l == SimdLevel::kScalar) continue;
+    const cpu::MatmulKernels& mk = *cpu::matmul_kernels_for(l);
+    for (DType t : kQuantTypes) {
+      const auto id = static_cast<size_t>(t);
+      if (mk.wtile16_pack[id] == nullptr) continue;
+      ++types;
+      const cpu::WideTiles wt = cpu::wide_tiles(&mk, t);
+      REQUIRE((wt.pack == mk.wtile16_pack[id]));
+      REQUIRE((mk.wgemm[id] != nullptr));
+      const int64_t k = 512;  // two super-blocks
+      const int max_na = cpu::kGemmMaxNa;
+      const std::vector<float> xf = randn(static_cast<size_t>(k * max_na), 1001);
+      const size_t ab = cpu::act_row_bytes(cpu::ActFormat::kQ8, k);
+      const std::vector<uint8_t> at = tile_acts(mk, xf, k, max_na, true);
+      for (int nrows : {16, 11, 1}) {
+        const std::vector<uint8_t> wb = encode(t, randn(static_cast<size_t>(k * nrows), 1002 + nrows), nrows, k);
+        const size_t rb = wb.size() / static_cast<size_t>(nrows);
+        const uint8_t* rows[cpu::kWideTileRows];
+        for (int r = 0; r < nrows; ++r) rows[r] = wb.data() + rb * static_cast<size_t>(r);
+        std::vector<uint8_t> tile(static_cast<size_t>(k / 32) * wt.block_bytes);
+        wt.pack(rows, nrows, k, tile.data());
+        for (int na = 1; na <= max_na; ++na) {
+          std::vector<float> got(static_cast<size_t>(na * cpu::kWideTileRows)), want(got.size());
+          wt.dot[na - 1](k, tile.data(), at.data(), ab, got.data());
+          mk.wgemm[id](rows, nrows, k, at.data(), ab, na, want.data());
+          INFO(cpu::simd_level_name(l), " ", quant::find_traits(t)->name, " rows ", nrows, " na ", na);
+          for (int j = 0; j < na; ++j)
+            for (int r = 0; r < nrows; ++r)
+              CHECK(got[static_cast<size_t>(j * cpu::kWideTileRows + r)] ==
+                    want[static_cast<size_t>(j * cpu::kWideTileRows + r)]);
+        }
+      }
+    }
+  }
+  if (cpu::best_simd_level() == SimdLevel::kAvx512) CHECK(types == 3);
+  // Through mul_mat: Q3_K's prefill takes them past wgemm's 64 rows; Q6_K's and Q2_K's with
+  // wgemm off. A whole and a partial 16-row tile, n % 8 != 0.
+  uint32_t seed = 1010;
+  check_mul_mat(DType::Q3_K, 512, 37, 100, 1, false, seed++);
+  cpu::set_wgemm_rows(0, 0);
+  for (DType t : {DType::Q6_K, DType::Q2_K, DType::Q3_K}) check_mul_mat(t, 512, 37, 43, 1, false, seed++);
+  cpu::set_wgemm_rows(-1, -1);
+}
+
 TEST_CASE("ops: a one-row mul_mat every way (rows, four rows a call, weight rows in place), every type and level") {
   uint32_t seed = 1200;
   for (cpu::OneRowWay way : {cpu::OneRowWay::kRows, cpu::OneRowWay::kRows4, cpu::OneRowWay::kTiles}) {

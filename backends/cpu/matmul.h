@@ -108,6 +108,15 @@ struct MatmulKernels {
   // wtile_dot[na - 1] multiplies one by na (1..kGemmMaxNa) ActQ8 rows: out[j * 16 + r].
   void (*wtile_pack[kTypeSlots])(const uint8_t* const* rows, int nrows, int64_t k, uint8_t* tile) = {};
   void (*wtile_dot[8])(int64_t k, const uint8_t* tile, const uint8_t* act, size_t act_stride, float* out) = {};
+  // Wide 16-element-scale tiles (Q6_K, Q3_K; Q2_K with its mins; AVX-512 level): 16 rows decoded
+  // as wgemm decodes them. Layout per 32 elements: i8 w[8 groups][16 rows][4], float d_lo[16],
+  // d_hi[16], cw[16] (the codes' offset against kQ8U activations, and the mins' part of it:
+  // wgemm's wide16_cw); with the mins also i32 mpair[16] (m_lo | m_hi << 16), float mdmin[16]
+  // (-dmin). wtile16_dot / wtile16m_dot[na - 1]: one tile by na (1..kGemmMaxNa) kQ8U rows,
+  // out[j * 16 + r], with wgemm's bits.
+  void (*wtile16_pack[kTypeSlots])(const uint8_t* const* rows, int nrows, int64_t k, uint8_t* tile) = {};
+  void (*wtile16_dot[8])(int64_t k, const uint8_t* tile, const uint8_t* act, size_t act_stride, float* out) = {};
+  void (*wtile16m_dot[8])(int64_t k, const uint8_t* tile, const uint8_t* act, size_t act_stride, float* out) = {};
   // The same two tile products for 8 activation rows at once (fewer reloads of the tile).
   void (*tile_dot8)(int64_t k, const uint8_t* tile, const uint8_t* act, size_t act_stride, float* out) = nullptr;
   void (*tile16_dot8)(int64_t k, const uint8_t* tile, const uint8_t* act, size_t act_stride, float* out) = nullptr;
@@ -181,9 +190,19 @@ struct TileKernels {
   bool q8u() const { return kind == k16 || kind == k16Min; }
 };
 TileKernels tile_kernels(const MatmulKernels* mk, DType t);
+// The 16-row prefill tiles a level has for a type (wtile_* for the 32-element types, wtile16_*
+// for the others; the same activations as its 8-row tiles): pack null where it has none.
+struct WideTiles {
+  void (*pack)(const uint8_t* const* rows, int nrows, int64_t k, uint8_t* tile) = nullptr;
+  const TileKernels::DotFn* dot = nullptr;  // dot[na - 1], na up to kGemmMaxNa
+  size_t block_bytes = 0;                   // tile bytes per 32 elements
+};
+WideTiles wide_tiles(const MatmulKernels* mk, DType t);
 inline constexpr int kWideTileRows = 16;
 inline constexpr size_t kWideTileBlockBytes = 32 * kWideTileRows + 2 * kWideTileRows * sizeof(float);
-static_assert(kGemmMaxNa == 8, "wtile_dot has one entry per activation row count up to 8");
+inline constexpr size_t kWideTile16BlockBytes = 32 * kWideTileRows + 3 * kWideTileRows * sizeof(float);
+inline constexpr size_t kWideTile16MinBlockBytes = kWideTile16BlockBytes + 2 * kWideTileRows * sizeof(float);
+static_assert(kGemmMaxNa == 8, "wtile_dot and wtile16_dot have one entry per activation row count up to 8");
 
 // Activation rows up to which mul_mat uses gemm8 (where the level has it) rather than the
 // per-row dots (below 8) or the packed tiles; n < 0 restores the default. For benchmarks and
@@ -196,9 +215,10 @@ int64_t gemm8_max_rows();
 // level has it) over gemm8, the per-row dots and the tiles: [min, max]. A min of -1 (the
 // default) means each type's measured minimum (2 rows where its 16-row decoder is vectorized
 // across rows, 6 for Q6_K, else 9; ops_matmul.cpp); (0, 0) turns wgemm off; a max of -1 (the
-// default) means kWgemmDefaultMaxRows for the 32-element-scale types (the wide tiles take
-// prefill) and no limit for Q6_K/Q3_K (wgemm beats their 8-row tiles at any row count). For
-// benchmarks and tests, as above.
+// default) means kWgemmDefaultMaxRows where the wide tiles take prefill beyond it (the
+// 32-element-scale types and Q3_K) and no limit for Q6_K and Q2_K (wgemm beats even their wide
+// tiles at any row count) or where the level has no wide tiles. For benchmarks and tests, as
+// above.
 inline constexpr int kWideGemmMaxNa = 64;
 inline constexpr int64_t kWgemmDefaultMaxRows = 64;
 void set_wgemm_rows(int64_t min_rows, int64_t max_rows);

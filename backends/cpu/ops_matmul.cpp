@@ -107,10 +107,16 @@ std::atomic<bool> g_bf16_act{bf16_activations_from_env()};
 // the tiles for Q4_K/Q5_K/Q4_0 from 2 rows up; Q8_0 reads its 8-row tiles from DRAM faster in
 // gemm8 below 8 rows; the types decoded row by row (WideDec) pay for the decode below about 8;
 // Q6_K's per-row dots win up to 4-5 rows, Q3_K's up to about 8. Up to 64 rows wgemm also beats
-// the wide tiles; at 128 they are even (prefill keeps the tiles); Q6_K/Q3_K have no wide tiles,
-// and wgemm runs 2.2x their 8-row tiles even at 128 rows, so it takes their prefill too. Q2_K's
-// (decoded in place, its mins by one vpmaddwd a row) beats its dots from 2 rows (1.2x; 2.6x at
-// 16) and its tiles 2.7x at 64 rows, so it takes its prefill as well.
+// the wide tiles; at 128 they are even (prefill keeps the tiles). Q6_K and Q2_K decode 16 rows
+// at once (WideQ6K, WideQ2K) so cheaply that wgemm, decoding again for every 64 activation rows,
+// still beats their wide 16-row tiles at 128 and 512 rows (by 10-15% on Zen 5, kite-bench-kernels
+// --types q6_K,q2_K --n 128,512 with and without --wgemm-max 64; 2.2-2.7x their 8-row tiles), so
+// it takes their prefill too. Q3_K decodes row by row (WideDec16): its wide tiles, decoded once,
+// beat wgemm by 10% at 128 rows and 15-20% at 512, so it follows the 32-element types.
+int64_t wgemm_type_max_rows(DType t, int64_t n) {
+  return t == DType::Q6_K || t == DType::Q2_K ? n : kWgemmDefaultMaxRows;
+}
+
 int64_t wgemm_type_min_rows(DType t) {
   switch (t) {
     case DType::Q4_0:
@@ -159,9 +165,8 @@ MatmulPath matmul_path(const MatmulKernels* mk, DType t, int64_t n, OneRowWay on
   if (mk->wgemm[static_cast<size_t>(t)] != nullptr) {
     const int64_t lo = g_wgemm_min_rows.load(std::memory_order_relaxed);
     const int64_t hi = g_wgemm_max_rows.load(std::memory_order_relaxed);
-    const bool t32 = kind == TileKernels::k32;
-    if (n >= (lo < 0 ? wgemm_type_min_rows(t) : lo) && n <= (hi >= 0 ? hi : t32 ? kWgemmDefaultMaxRows : n))
-      return MatmulPath::kWide;
+    const int64_t max = hi >= 0 ? hi : wide_tiles(mk, t).pack != nullptr ? wgemm_type_max_rows(t, n) : n;
+    if (n >= (lo < 0 ? wgemm_type_min_rows(t) : lo) && n <= max) return MatmulPath::kWide;
   }
   const bool gemm = mk->gemm8[static_cast<size_t>(t)] != nullptr && kind == TileKernels::k32;
   if (gemm && n >= gemm8_min_rows(mk, t) && n <= g_gemm_max_rows.load(std::memory_order_relaxed))
@@ -291,13 +296,12 @@ class RowPrefetch {
 void mul_mat_tiled(Tensor* dst, const KernelCtx& c, const MatmulKernels& mk, const uint8_t* act, size_t stride) {
   const Tensor* w = dst->src[0];
   const int64_t k = w->ne[0], m = w->ne[1], n = dst->ne[1];
-  const auto id = static_cast<size_t>(w->type);
   const TileKernels tk = tile_kernels(&mk, w->type);
-  const bool wide =
-      tk.kind == TileKernels::k32 && mk.wtile_pack[id] != nullptr && mk.wtile_dot[kGemmMaxNa - 1] != nullptr;
+  const WideTiles wt = wide_tiles(&mk, w->type);
+  const bool wide = wt.pack != nullptr;
   const int tile_rows = wide ? kWideTileRows : kTileRows;
-  const auto pack = wide ? mk.wtile_pack[id] : tk.pack;
-  const size_t tile_bytes = static_cast<size_t>(k / 32) * (wide ? kWideTileBlockBytes : tk.block_bytes);
+  const auto pack = wide ? wt.pack : tk.pack;
+  const size_t tile_bytes = static_cast<size_t>(k / 32) * (wide ? wt.block_bytes : tk.block_bytes);
   std::vector<float>& scratch = *c.scratch;
   if (scratch.size() * sizeof(float) < tile_bytes) scratch.resize(tile_bytes / sizeof(float) + 1);
   auto* tile = reinterpret_cast<uint8_t*>(scratch.data());
@@ -321,7 +325,7 @@ void mul_mat_tiled(Tensor* dst, const KernelCtx& c, const MatmulKernels& mk, con
       const uint8_t* a = act + static_cast<size_t>(j0) * stride;
       if (wide) {
         na = std::min<int64_t>(kGemmMaxNa, n - j0);
-        mk.wtile_dot[na - 1](k, tile, a, stride, r);
+        wt.dot[na - 1](k, tile, a, stride, r);
       } else {
         na = n - j0 >= 8 && tk.dot8 != nullptr ? 8 : std::min<int64_t>(kMaxNa, n - j0);
         (na == 8 ? tk.dot8 : tk.dot[na - 1])(k, tile, a, stride, r);
@@ -372,6 +376,28 @@ TileKernels tile_kernels(const MatmulKernels* mk, DType t) {
   else if (mk->tile16m_pack[id] != nullptr && mk->tile16m_dot[0] != nullptr)
     tk = {TileKernels::k16Min, mk->tile16m_pack[id], mk->tile16m_dot, mk->tile16m_dot8, kTile16MinBlockBytes};
   return tk;
+}
+
+WideTiles wide_tiles(const MatmulKernels* mk, DType t) {
+  const auto id = static_cast<size_t>(t);
+  WideTiles wt;
+  if (mk == nullptr || id >= kTypeSlots) return wt;
+  switch (tile_kernels(mk, t).kind) {
+    case TileKernels::k32:
+      if (mk->wtile_pack[id] != nullptr && mk->wtile_dot[kGemmMaxNa - 1] != nullptr)
+        wt = {mk->wtile_pack[id], mk->wtile_dot, kWideTileBlockBytes};
+      break;
+    case TileKernels::k16:
+      if (mk->wtile16_pack[id] != nullptr && mk->wtile16_dot[kGemmMaxNa - 1] != nullptr)
+        wt = {mk->wtile16_pack[id], mk->wtile16_dot, kWideTile16BlockBytes};
+      break;
+    case TileKernels::k16Min:
+      if (mk->wtile16_pack[id] != nullptr && mk->wtile16m_dot[kGemmMaxNa - 1] != nullptr)
+        wt = {mk->wtile16_pack[id], mk->wtile16m_dot, kWideTile16MinBlockBytes};
+      break;
+    case TileKernels::kNone: break;
+  }
+  return wt;
 }
 
 void set_gemm8_max_rows(int64_t n) { g_gemm_max_rows.store(n < 0 ? kGemmDefaultMaxRows : n, std::memory_order_relaxed); }
