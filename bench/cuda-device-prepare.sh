@@ -13,7 +13,10 @@
 #   llama-cuda.tar.xz  llama.cpp's CUDA build (llama-bench, llama-batched-bench and their
 #                libraries), stripped, from LLAMA_CUDA_BUILD (default /tmp/llama.cpp/build-cuda):
 #                `bench/build-llama-cpp.sh --cuda` makes it (sm_90 only; about 1h45 on 2 cores,
-#                so it is built once and kept). It is about 41 MB compressed: with the test data
+#                so it is built once and kept). Every run of this script that finds that build
+#                newer than build-llama-cuda/llama-cuda.tar.xz archives it there (ignored by git,
+#                and kept where /tmp is not), and WITH_LLAMA=1 carries that archive: a later
+#                session needs no llama.cpp build of its own. It is about 41 MB compressed: with the test data
 #                the carry would pass 64 MiB, so a GPU session runs the device script twice, once
 #                prepared each way (the llama.cpp comparison first: it is the issue's headline),
 #                or once with the tests only.
@@ -59,18 +62,26 @@ fi
   echo "could not download libvulkan1 (apt): the device run's Vulkan steps need the image's loader" >&2
 
 llama="${LLAMA_CUDA_BUILD:-/tmp/llama.cpp/build-cuda}"
-if [ "${WITH_LLAMA:-0}" != 1 ]; then
-  echo "llama.cpp's CUDA build left out (WITH_LLAMA=1 carries it instead of the test data)" >&2
-elif [ -x "$llama/bin/llama-bench" ] && [ -x "$llama/bin/llama-batched-bench" ]; then
+cache=build-llama-cuda/llama-cuda.tar.xz
+if [ -x "$llama/bin/llama-bench" ] && [ -x "$llama/bin/llama-batched-bench" ] &&
+  { [ ! -f "$cache" ] || [ "$llama/bin/llama-bench" -nt "$cache" ]; }; then
   stage="$(mktemp -d)"
-  mkdir -p "$stage/llama"
+  mkdir -p "$stage/llama" "$(dirname "$cache")"
   for exe in llama-bench llama-batched-bench; do strip -o "$stage/llama/$exe" "$llama/bin/$exe"; done
   ldd "$llama/bin/llama-bench" "$llama/bin/llama-batched-bench" | awk '/=>/ {print $3}' | sort -u |
     grep -F "$llama" | while read -r lib; do strip -o "$stage/llama/$(basename "$lib")" "$lib"; done
-  tar -C "$stage" -cf - llama | xz -T0 -6 >"$carry/llama-cuda.tar.xz"
+  tar -C "$stage" -cf - llama | xz -9 -T1 >"$cache.tmp" && mv "$cache.tmp" "$cache"
   rm -rf "$stage"
+  src_dir="$(cd "$llama/.." && pwd)"
+  echo "llama.cpp $(git -C "$src_dir" rev-parse --short HEAD 2>/dev/null || echo '?') from $llama" >"$cache.txt"
+fi
+if [ "${WITH_LLAMA:-0}" != 1 ]; then
+  echo "llama.cpp's CUDA build left out (WITH_LLAMA=1 carries it instead of the test data)" >&2
+elif [ -f "$cache" ]; then
+  cp "$cache" "$carry/llama-cuda.tar.xz"
+  echo "carrying $(cat "$cache.txt" 2>/dev/null || echo "$cache")" >&2
 else
-  echo "no llama.cpp CUDA build in $llama (bench/build-llama-cpp.sh --cuda): the device run will have no llama.cpp columns" >&2
+  echo "no llama.cpp CUDA build in $llama nor $cache (bench/build-llama-cpp.sh --cuda): the device run will have no llama.cpp columns" >&2
 fi
 {
   echo "KITE_TESTDATA_DIR=$src"
