@@ -95,6 +95,23 @@ TEST_CASE("ops: activation quantizers match their scalar versions") {
     CHECK(q8 == ref8);
     CHECK(qk == refk);
   }
+  // kQ8U (the 16-element-scale tiles' activations): codes + 128 as u8, and the u8 sums of each
+  // 16-element half in place of s.
+  std::vector<uint8_t> u8 = ref8;
+  cpu::act_q8_to_q8u(u8.data(), k);
+  const auto* u = reinterpret_cast<const cpu::ActQ8*>(u8.data());
+  for (int64_t blk = 0; blk < k / 32; ++blk) {
+    uint32_t half[2] = {0, 0};
+    for (int i = 0; i < 32; ++i) {
+      const int code = b[blk].qs[i] + 128;
+      CHECK(static_cast<uint8_t>(u[blk].qs[i]) == code);
+      half[i / 16] += static_cast<uint32_t>(code);
+    }
+    uint32_t packed;
+    std::memcpy(&packed, &u[blk].s, sizeof packed);
+    CHECK(packed == (half[0] | half[1] << 16));
+    CHECK(u[blk].d == b[blk].d);
+  }
 }
 
 TEST_CASE("ops: prefill tiles match the per-row kernels on the same activations") {

@@ -12,6 +12,9 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #include "backends/cpu/cpu_features.h"
 #include "backends/cpu/matmul.h"
@@ -437,11 +440,22 @@ void act_q8_to_q8u(uint8_t* row, int64_t k) {
   for (int64_t b = 0; b < k / 32; ++b) {
     auto* blk = reinterpret_cast<ActQ8*>(row) + b;
     uint32_t half[2] = {0, 0};
+#if defined(__SSE2__)
+    // (A byte loop here took 2% of a Q4_K_M model's prefill: its Q6_K matmuls' activations.)
+    for (int h = 0; h < 2; ++h) {
+      auto* p = reinterpret_cast<__m128i*>(blk->qs + 16 * h);
+      const __m128i u = _mm_xor_si128(_mm_loadu_si128(p), _mm_set1_epi8(static_cast<char>(0x80)));
+      _mm_storeu_si128(p, u);
+      const __m128i sad = _mm_sad_epu8(u, _mm_setzero_si128());  // the sums of each 8 bytes
+      half[h] = static_cast<uint32_t>(_mm_cvtsi128_si32(sad) + _mm_extract_epi16(sad, 4));
+    }
+#else
     for (int i = 0; i < 32; ++i) {
       const uint8_t u = static_cast<uint8_t>(blk->qs[i]) ^ 0x80u;
       blk->qs[i] = static_cast<int8_t>(u);
       half[i / 16] += u;
     }
+#endif
     const uint32_t packed = half[0] | half[1] << 16;
     std::memcpy(&blk->s, &packed, sizeof packed);
   }
