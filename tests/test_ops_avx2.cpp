@@ -3,7 +3,9 @@
 // i16 lanes (dp_chain), exact only within the bounds those files state. Checked here at the
 // bounds (codes at the top of each type's range against activation codes of +-127) against a
 // double reference, bit for bit against each VNNI level this CPU has, and through mul_mat at
-// prefill row counts. The AVX-VNNI level: its kernel set, and bit for bit against AVX-512.
+// prefill row counts. The signed-code tiles the level has for Q8_0, IQ4_NL and IQ4_XS instead
+// (maddubs on |w|), at their codes' bounds. The AVX-VNNI level: its kernel set, and bit for bit
+// against AVX-512.
 #include <algorithm>
 
 #include "formats/quant/blocks.h"
@@ -17,9 +19,10 @@ namespace {
 using namespace ops_test;
 
 // The types the AVX2 level has tiles and gemm8 for (8-row tiles; 16-element-scale tiles for
-// Q6_K and Q3_K). Q8_0, IQ4_NL and IQ4_XS keep the per-row dots there.
+// Q6_K and Q3_K). Q8_0, IQ4_NL and IQ4_XS take signed-code tiles there (no gemm8).
 constexpr DType kAvx2TileTypes[] = {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1,
                                     DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q3_K};
+constexpr DType kAvx2SignedTileTypes[] = {DType::Q8_0, DType::IQ4_NL, DType::IQ4_XS};
 
 bool is_t16(DType t) {
   return t == DType::Q6_K || t == DType::Q3_K;
@@ -165,7 +168,12 @@ TEST_CASE("ops avx2: the level has tiles and gemm8 exactly for the types within 
     CHECK((mk.gemm8[id] != nullptr) == want);
     CHECK((mk.wgemm[id] == nullptr));
     CHECK((mk.wtile_pack[id] == nullptr));
+    const bool s8 = std::find(std::begin(kAvx2SignedTileTypes), std::end(kAvx2SignedTileTypes), t) !=
+                    std::end(kAvx2SignedTileTypes);
+    CHECK((mk.tile_s8_pack[id] != nullptr) == s8);
+    CHECK((cpu::tile_kernels(&mk, t).kind == cpu::TileKernels::k32Signed) == s8);
   }
+  for (int na = 1; na <= cpu::kMaxNa; ++na) CHECK((mk.tile_s8_dot[na - 1] != nullptr));
   for (int na = 1; na <= cpu::kMaxNa; ++na) CHECK((mk.tile_dot[na - 1] != nullptr && mk.tile16_dot[na - 1] != nullptr));
   // 8-row tile products spill at 16 registers; the 4-row ones serve (ops_matmul takes them).
   CHECK((mk.tile_dot8 == nullptr));
@@ -203,6 +211,56 @@ TEST_CASE("ops avx2: tiles and gemm8 are exact at the codes' bounds") {
     }
   }
   CHECK(checked == 2 * 6 + 4 * 2);
+}
+
+// Rows of a signed-code type at its codes' bounds, scales 1: Q8_0 codes +127 or -128; IQ4_NL and
+// IQ4_XS table values +113 or -127 (IQ4_XS sub-block scales +31 or -32).
+std::vector<uint8_t> extreme_signed_rows(DType t, int64_t k, int nrows, bool high) {
+  const quant::TypeTraits* tr = quant::find_traits(t);
+  const size_t bb = static_cast<size_t>(tr->type_size);
+  const size_t nb = static_cast<size_t>(k / tr->block_size) * static_cast<size_t>(nrows);
+  std::vector<uint8_t> out(bb * nb, high ? 0xFF : 0x00);
+  for (size_t b = 0; b < nb; ++b) {
+    uint8_t* blk = out.data() + b * bb;
+    std::memcpy(blk, &kHalfOne, 2);  // d comes first in all three
+    if (t == DType::Q8_0) std::memset(blk + offsetof(quant::BlockQ8_0, qs), high ? 0x7F : 0x80, 32);
+  }
+  return out;
+}
+
+TEST_CASE("ops avx2: signed-code tiles (Q8_0, IQ4_NL, IQ4_XS) are exact at the codes' bounds") {
+  REQUIRE(has_level(SimdLevel::kAvx2));
+  const cpu::MatmulKernels& mk = *cpu::matmul_kernels_for(SimdLevel::kAvx2);
+  const int64_t k = 512;
+  const int na = cpu::kMaxNa;
+  std::vector<float> xf(static_cast<size_t>(k * na));  // +-1 everywhere, then mixed signs
+  for (int j = 0; j < na; ++j)
+    for (int64_t e = 0; e < k; ++e)
+      xf[static_cast<size_t>(j * k + e)] = j == 0 ? 1.f : j == 1 ? -1.f : ((e / (j + 1)) % 2 == 0 ? 1.f : -1.f);
+  const std::vector<uint8_t> at = tile_acts(mk, xf, k, na, false);
+  const size_t ab = cpu::act_row_bytes(cpu::ActFormat::kQ8, k);
+  int checked = 0;
+  for (DType t : kAvx2SignedTileTypes) {
+    const cpu::TileKernels tk = cpu::tile_kernels(&mk, t);
+    REQUIRE(tk.kind == cpu::TileKernels::k32Signed);
+    for (bool high : {true, false})
+      for (int nrows : {8, 3}) {
+        const std::vector<uint8_t> wb = extreme_signed_rows(t, k, nrows, high);
+        const size_t rb = wb.size() / static_cast<size_t>(nrows);
+        const uint8_t* rows[cpu::kTileRows];
+        for (int r = 0; r < nrows; ++r) rows[r] = wb.data() + rb * static_cast<size_t>(r);
+        std::vector<uint8_t> tile(static_cast<size_t>(k / 32) * tk.block_bytes);
+        tk.pack(rows, nrows, k, tile.data());
+        std::vector<float> got(static_cast<size_t>(na) * cpu::kTileRows);
+        tk.dot[na - 1](k, tile.data(), at.data(), ab, got.data());
+        const std::vector<double> ref = reference(t, wb, nrows, k, at, na);
+        INFO(quant::find_traits(t)->name, high ? " codes high" : " codes low", " rows ", nrows);
+        CHECK(std::fabs(ref[0]) > 100.0 * static_cast<double>(k));  // (the bounds were reached)
+        CHECK(max_rel_err(got, ref, nrows, na) < 1e-6);
+        ++checked;
+      }
+  }
+  CHECK(checked == 3 * 4);
 }
 
 // Tile products and gemm8 of two levels on the same weights and activation bytes, compared bit
@@ -295,8 +353,10 @@ TEST_CASE("ops avx2: mul_mat at prefill row counts, every level") {
   // Q2_K's tiles with mins at every x86 level: the dots below 32 rows, the tiles from there (8 rows
   // a call at the AVX-512 level, a partial last call and tile).
   for (int64_t n : {24, 40, 130}) check_mul_mat(DType::Q2_K, 512, 37, n, 1, false, seed++);
-  // The types that keep the per-row dots at AVX2 (tiles at the VNNI levels), at a prefill row count.
-  for (DType t : {DType::Q8_0, DType::IQ4_NL, DType::IQ4_XS}) check_mul_mat(t, 256, 21, 40, 1, false, seed++);
+  // The signed-code types: the per-row dots at 24 rows, the tiles from 32 (at the VNNI levels
+  // their unsigned tiles: gemm8 at 24, the tiles past it).
+  for (DType t : kAvx2SignedTileTypes)
+    for (int64_t n : {24, 40, 130}) check_mul_mat(t, 256, 21, n, 1, false, seed++);
 }
 
 }  // namespace

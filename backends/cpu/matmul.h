@@ -89,6 +89,11 @@ struct MatmulKernels {
   // weight value = d * u + c (u = code + offset, c = -offset * d or the block minimum).
   void (*tile_pack[kTypeSlots])(const uint8_t* const* rows, int nrows, int64_t k, uint8_t* tile) = {};
   void (*tile_dot[kMaxNa])(int64_t k, const uint8_t* tile, const uint8_t* act, size_t act_stride, float* out) = {};
+  // The AVX2 level's tiles for the types whose codes fill a signed byte (Q8_0, IQ4_NL, IQ4_XS):
+  // the tile layout with signed codes w in place of u and c = 0, multiplied with maddubs on |w|
+  // and the activations times sign(w) (exact without VNNI); ActQ8 activations.
+  void (*tile_s8_pack[kTypeSlots])(const uint8_t* const* rows, int nrows, int64_t k, uint8_t* tile) = {};
+  void (*tile_s8_dot[kMaxNa])(int64_t k, const uint8_t* tile, const uint8_t* act, size_t act_stride, float* out) = {};
   // The same for types with 16-element scales (Q3_K, Q6_K): tiles of signed codes w with a scale
   // d and a correction cw = -128 * d * sum(w) per 16 elements, against ActQ8U activations (ActQ8
   // with codes stored as y + 128). Layout per 32 elements: i8 w[8 groups][8 rows][4], float
@@ -177,11 +182,11 @@ inline constexpr size_t kTileBlockBytes = 32 * kTileRows + 2 * kTileRows * sizeo
 inline constexpr size_t kTile16BlockBytes = 32 * kTileRows + 4 * kTileRows * sizeof(float);
 inline constexpr size_t kTile16MinBlockBytes = kTile16BlockBytes + 2 * kTileRows * sizeof(float);
 
-// The 8-row prefill tiles a level has for a type: 32-element tiles (tile_pack, ActQ8
-// activations), 16-element-scale ones (tile16_pack) or those with mins (tile16m_pack), both
-// against ActQ8U activations; kind kNone (pack null) where it has none.
+// The 8-row prefill tiles a level has for a type: 32-element tiles (tile_pack, or tile_s8_pack
+// for signed codes; ActQ8 activations), 16-element-scale ones (tile16_pack) or those with mins
+// (tile16m_pack), both against ActQ8U activations; kind kNone (pack null) where it has none.
 struct TileKernels {
-  enum Kind { kNone, k32, k16, k16Min } kind = kNone;
+  enum Kind { kNone, k32, k32Signed, k16, k16Min } kind = kNone;
   void (*pack)(const uint8_t* const* rows, int nrows, int64_t k, uint8_t* tile) = nullptr;
   using DotFn = void (*)(int64_t k, const uint8_t* tile, const uint8_t* act, size_t act_stride, float* out);
   const DotFn* dot = nullptr;  // dot[na - 1], na up to kMaxNa
