@@ -19,7 +19,7 @@ namespace {
 using namespace ops_test;
 
 // The types the AVX2 level has tiles and gemm8 for (8-row tiles; 16-element-scale tiles for
-// Q6_K and Q3_K). Q8_0, IQ4_NL and IQ4_XS take signed-code tiles there (no gemm8).
+// Q6_K and Q3_K). Q8_0, IQ4_NL and IQ4_XS take signed-code tiles and gemm8 there.
 constexpr DType kAvx2TileTypes[] = {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1,
                                     DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q3_K};
 constexpr DType kAvx2SignedTileTypes[] = {DType::Q8_0, DType::IQ4_NL, DType::IQ4_XS};
@@ -165,11 +165,11 @@ TEST_CASE("ops avx2: the level has tiles and gemm8 exactly for the types within 
     INFO(quant::find_traits(t)->name);
     CHECK((mk.tile_pack[id] != nullptr || mk.tile16_pack[id] != nullptr) == want);
     CHECK((mk.tile16_pack[id] != nullptr) == (want && is_t16(t)));
-    CHECK((mk.gemm8[id] != nullptr) == want);
-    CHECK((mk.wgemm[id] == nullptr));
-    CHECK((mk.wtile_pack[id] == nullptr));
     const bool s8 = std::find(std::begin(kAvx2SignedTileTypes), std::end(kAvx2SignedTileTypes), t) !=
                     std::end(kAvx2SignedTileTypes);
+    CHECK((mk.gemm8[id] != nullptr) == (want || s8));
+    CHECK((mk.wgemm[id] == nullptr));
+    CHECK((mk.wtile_pack[id] == nullptr));
     CHECK((mk.tile_s8_pack[id] != nullptr) == s8);
     CHECK((cpu::tile_kernels(&mk, t).kind == cpu::TileKernels::k32Signed) == s8);
   }
@@ -228,7 +228,7 @@ std::vector<uint8_t> extreme_signed_rows(DType t, int64_t k, int nrows, bool hig
   return out;
 }
 
-TEST_CASE("ops avx2: signed-code tiles (Q8_0, IQ4_NL, IQ4_XS) are exact at the codes' bounds") {
+TEST_CASE("ops avx2: signed-code tiles and gemm8 (Q8_0, IQ4_NL, IQ4_XS) are exact at the codes' bounds") {
   REQUIRE(has_level(SimdLevel::kAvx2));
   const cpu::MatmulKernels& mk = *cpu::matmul_kernels_for(SimdLevel::kAvx2);
   const int64_t k = 512;
@@ -253,10 +253,13 @@ TEST_CASE("ops avx2: signed-code tiles (Q8_0, IQ4_NL, IQ4_XS) are exact at the c
         tk.pack(rows, nrows, k, tile.data());
         std::vector<float> got(static_cast<size_t>(na) * cpu::kTileRows);
         tk.dot[na - 1](k, tile.data(), at.data(), ab, got.data());
+        std::vector<float> gemm(static_cast<size_t>(na) * cpu::kTileRows);
+        mk.gemm8[static_cast<size_t>(t)](rows, nrows, k, at.data(), ab, na, gemm.data());
         const std::vector<double> ref = reference(t, wb, nrows, k, at, na);
         INFO(quant::find_traits(t)->name, high ? " codes high" : " codes low", " rows ", nrows);
         CHECK(std::fabs(ref[0]) > 100.0 * static_cast<double>(k));  // (the bounds were reached)
         CHECK(max_rel_err(got, ref, nrows, na) < 1e-6);
+        CHECK(max_rel_err(gemm, ref, nrows, na) < 1e-6);
         ++checked;
       }
   }
@@ -353,10 +356,10 @@ TEST_CASE("ops avx2: mul_mat at prefill row counts, every level") {
   // Q2_K's tiles with mins at every x86 level: the dots below 32 rows, the tiles from there (8 rows
   // a call at the AVX-512 level, a partial last call and tile).
   for (int64_t n : {24, 40, 130}) check_mul_mat(DType::Q2_K, 512, 37, n, 1, false, seed++);
-  // The signed-code types: the per-row dots at 24 rows, the tiles from 32 (at the VNNI levels
-  // their unsigned tiles: gemm8 at 24, the tiles past it).
+  // The signed-code types: the per-row dots at 4 rows, gemm8 at 6 and 16, the dots at 24, the
+  // tiles from 32 (at the VNNI levels their unsigned tiles and gemm8).
   for (DType t : kAvx2SignedTileTypes)
-    for (int64_t n : {24, 40, 130}) check_mul_mat(t, 256, 21, n, 1, false, seed++);
+    for (int64_t n : {4, 6, 16, 24, 40, 130}) check_mul_mat(t, 256, 21, n, 1, false, seed++);
 }
 
 }  // namespace

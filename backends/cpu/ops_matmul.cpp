@@ -150,7 +150,16 @@ bool is_avx2_level(const MatmulKernels* mk) {
 #endif
 }
 
+// The tile kinds whose types take gemm8 (the 16-element-scale types keep their dots: above).
+bool gemm8_kind(TileKernels::Kind kind) {
+  return kind == TileKernels::k32 || kind == TileKernels::k32Signed;
+}
+
+// The AVX2 level's signed-code gemm8 (Q8_0, IQ4_NL, IQ4_XS) from 5 rows: up to 4 the dots read
+// the weights once too and tie it (IQ4_XS's dots win at 4: 0.21 against 0.24 ms), from 5 it wins
+// (1.2-1.4x at 5-6 rows, 1.2-1.5x at 8 and 16; kite-bench-kernels --levels avx2 --gemm-max 0/16).
 int64_t gemm8_min_rows(const MatmulKernels* mk, DType t) {
+  if (mk->tile_s8_pack[static_cast<size_t>(t)] != nullptr) return 5;
   return is_avx2_level(mk) && (t == DType::Q4_K || t == DType::Q5_K) ? 4 : 2;
 }
 
@@ -158,7 +167,7 @@ int64_t gemm8_min_rows(const MatmulKernels* mk, DType t) {
 // has it, else gemm8's 8; kDots where it has neither.
 MatmulPath one_row_in_place(const MatmulKernels* mk, DType t, TileKernels::Kind kind) {
   if (mk->wgemm[static_cast<size_t>(t)] != nullptr) return MatmulPath::kWide;
-  if (mk->gemm8[static_cast<size_t>(t)] != nullptr && kind == TileKernels::k32) return MatmulPath::kGemm8;
+  if (mk->gemm8[static_cast<size_t>(t)] != nullptr && gemm8_kind(kind)) return MatmulPath::kGemm8;
   return MatmulPath::kDots;
 }
 
@@ -174,7 +183,7 @@ MatmulPath matmul_path(const MatmulKernels* mk, DType t, int64_t n, OneRowWay on
     const int64_t max = hi >= 0 ? hi : wide_tiles(mk, t).pack != nullptr ? wgemm_type_max_rows(t, n) : n;
     if (n >= (lo < 0 ? wgemm_type_min_rows(t) : lo) && n <= max) return MatmulPath::kWide;
   }
-  const bool gemm = mk->gemm8[static_cast<size_t>(t)] != nullptr && kind == TileKernels::k32;
+  const bool gemm = mk->gemm8[static_cast<size_t>(t)] != nullptr && gemm8_kind(kind);
   if (gemm && n >= gemm8_min_rows(mk, t) && n <= g_gemm_max_rows.load(std::memory_order_relaxed))
     return MatmulPath::kGemm8;
   return n >= (kind == TileKernels::k32 ? kTileMinRows : kTile16MinRows) ? MatmulPath::kTiles : MatmulPath::kDots;
