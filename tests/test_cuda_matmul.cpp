@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <chrono>
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -225,9 +226,21 @@ TEST_CASE("cuda: mmq or cuBLAS per shape, timed at first use, or forced by KITE_
   }
   // The timing's cuBLAS scratch (the F16 weight chunk: 8 MiB here, with headroom 10) is held
   // after it only where cuBLAS was kept; a cuBLAS made slow keeps mmq. (Device memory is the
-  // emulator's exact count.)
-  for (const char* delay : {"0", "200"}) {
-    const ScopedEnv slow("KITE_CUDA_EMU_CUBLAS_DELAY_MS", delay);
+  // emulator's exact count.) The slow cuBLAS takes 4x a whole forced-mmq step longer than it
+  // would, as measured here: the emulator's mmq runs far slower shuffled or sanitized.
+  double mmq_ms = 0;
+  {
+    const MmqEnv env("1");
+    auto probe = cuda_or_skip();
+    REQUIRE(probe);
+    const std::vector<uint8_t> wb = encode(t, randn(static_cast<size_t>(2048 * 2048), seed), 2048, 2048);
+    const std::vector<float> xf = randn(static_cast<size_t>(2048 * 16), seed + 1);
+    const auto t0 = std::chrono::steady_clock::now();
+    mul_mat_on(*probe, t, wb, xf, 2048, 2048, 16);
+    mmq_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  }
+  for (const std::string& delay : {std::string("0"), std::to_string(static_cast<int>(4 * mmq_ms) + 20)}) {
+    const ScopedEnv slow("KITE_CUDA_EMU_CUBLAS_DELAY_MS", delay.c_str());
     cuda::reset_cuda_matmul_choices();
     const int64_t k2 = 2048, m2 = 2048, n2 = 16;
     const std::vector<uint8_t> wb = encode(t, randn(static_cast<size_t>(k2 * m2), seed++), m2, k2);
@@ -239,10 +252,10 @@ TEST_CASE("cuda: mmq or cuBLAS per shape, timed at first use, or forced by KITE_
     const size_t held = before - fresh->memory_info().value().free;
     const std::vector<cuda::MatmulChoice> choices = cuda::cuda_matmul_choices();
     REQUIRE(choices.size() == 1);
-    INFO("cuBLAS delay ", std::string(delay), " ms: ", std::string(choices[0].mmq ? "mmq" : "cuBLAS"),
+    INFO("cuBLAS delay ", delay, " ms: ", std::string(choices[0].mmq ? "mmq" : "cuBLAS"),
          " kept; device memory held after the step: ", held >> 10, " KiB");
     CHECK(choices[0].cublas_ms > 0);
-    if (std::string(delay) != "0") CHECK(choices[0].mmq);
+    if (delay != "0") CHECK(choices[0].mmq);
     if (choices[0].mmq)
       CHECK(held < (size_t{2} << 20));
     else
