@@ -144,6 +144,36 @@ TEST_CASE("quant: the type table matches ggml's ids and sizes") {
   CHECK(find_traits("Q4_k") == find_traits(Type::Q4_K));
 }
 
+// The codebook types, against llama.cpp's decoding of the same blocks (tests/data/iq-blocks.gguf,
+// written by tests/data/make_iq_blocks.cpp with llama.cpp's ggml): data ggml quantized, and blocks
+// whose indices run through every codebook entry. Every value must be ggml's to the bit.
+TEST_CASE("quant: IQ codebook types decode as llama.cpp does, every codebook entry included") {
+  const gguf::File f = open_gguf(std::string(KITE_SOURCE_DIR) + "/tests/data/iq-blocks.gguf");
+  int checked = 0;
+  for (Type t : {Type::IQ2_XXS, Type::IQ2_XS, Type::IQ2_S, Type::IQ3_XXS, Type::IQ3_S, Type::IQ1_S, Type::IQ1_M}) {
+    const std::string name(find_traits(t)->name);
+    CAPTURE(name);
+    CHECK(can_dequantize(t));
+    CHECK(!can_quantize(t));
+    for (const char* part : {".data", ".all"}) {
+      const gguf::TensorInfo* q = f.find_tensor(name + part);
+      const gguf::TensorInfo* want = f.find_tensor(name + part + (part[1] == 'd' ? ".f32" : ".f16"));
+      REQUIRE(q != nullptr);
+      REQUIRE(want != nullptr);
+      REQUIRE(q->type == t);
+      const std::vector<float> got = dequantize(*q), ref = dequantize(*want);
+      REQUIRE(got.size() == ref.size());
+      size_t mismatches = 0, first = got.size();
+      for (size_t i = 0; i < got.size(); ++i)
+        if (std::memcmp(&got[i], &ref[i], sizeof(float)) != 0 && mismatches++ == 0) first = i;
+      CHECK_MESSAGE(mismatches == 0, mismatches, " values differ from llama.cpp's, the first at ", first, ": ",
+                    (first < got.size() ? got[first] : 0.f), " vs ", (first < got.size() ? ref[first] : 0.f));
+      ++checked;
+    }
+  }
+  CHECK(checked == 14);
+}
+
 // Types without a llama.cpp file in the test data: blocks built by hand from ggml's layout
 // description, decoded value by value.
 TEST_CASE("quant: hand-built IQ4_NL, IQ4_XS and Q8_K blocks decode per the spec") {

@@ -183,6 +183,83 @@ struct BlockIQ4_XS {
 static_assert(sizeof(BlockIQ4_XS) == 136);
 
 // ---------------------------------------------------------------------------------------------
+// The codebook types IQ1_S..IQ3_S (256-element super-blocks, read only: kite runs them, it does
+// not produce them). Each group of 8 (IQ3: 4) elements is one point of a fixed codebook (iq_grids.h)
+// times signs; a 32-element sub-block s has a scale code. In the formulas g is the grid point's
+// value for the element, sign its sign (+-1), and sc the 4-bit (IQ1: 3-bit) scale code.
+
+// IQ2_XXS: per sub-block s, qs[4s..4s+3] as two 32-bit words a, b: bytes of a index 4 points of
+// iq2xxs (8 elements each); b holds 4 x 7 sign bits (the 8th sign of a group makes the count of
+// minus signs even) and sc = b >> 28. y = d * (0.5 + sc) * 0.25 * g * sign.
+struct BlockIQ2_XXS {
+  half_bits d;
+  uint16_t qs[kQK_K / 8];
+};
+static_assert(sizeof(BlockIQ2_XXS) == 66);
+
+// IQ2_XS: qs[i] = 9-bit index into iq2xs | 7 sign bits << 9 for group i (8 elements); scales[s]:
+// two 4-bit codes, low for elements 0-15 of sub-block s, high for 16-31. y = d * (0.5 + sc) * 0.25 *
+// g * sign.
+struct BlockIQ2_XS {
+  half_bits d;
+  uint16_t qs[kQK_K / 8];
+  uint8_t scales[kQK_K / 32];
+};
+static_assert(sizeof(BlockIQ2_XS) == 74);
+
+// IQ2_S: group i (8 elements) of sub-block s indexes iq2s with qs[i] | (qh[s] >> 2(i%4) & 3) << 8;
+// its 8 signs are the bits of qs[32 + i]; scales as IQ2_XS. y = d * (0.5 + sc) * 0.25 * g * sign.
+struct BlockIQ2_S {
+  half_bits d;
+  uint8_t qs[kQK_K / 4];  // 32 grid index bytes, then 32 sign bytes
+  uint8_t qh[kQK_K / 32];
+  uint8_t scales[kQK_K / 32];
+};
+static_assert(sizeof(BlockIQ2_S) == 82);
+
+// IQ3_XXS: qs[0..63] index iq3xxs (4 elements each); per sub-block s, the 32-bit word at qs[64 +
+// 4s] holds 4 x 7 sign bits (as IQ2_XXS) and sc = word >> 28. y = d * (0.5 + sc) * 0.5 * g * sign.
+struct BlockIQ3_XXS {
+  half_bits d;
+  uint8_t qs[3 * kQK_K / 8];
+};
+static_assert(sizeof(BlockIQ3_XXS) == 98);
+
+// IQ3_S: quad i (4 elements) indexes iq3s with qs[i] | (qh[i / 8] >> (i % 8) & 1) << 8; the signs
+// are the bits of signs[] in element order; scales[s / 2] holds sub-block s's code in its low
+// (even s) or high (odd s) nibble. y = d * (1 + 2 sc) * g * sign.
+struct BlockIQ3_S {
+  half_bits d;
+  uint8_t qs[kQK_K / 4];
+  uint8_t qh[kQK_K / 32];
+  uint8_t signs[kQK_K / 8];
+  uint8_t scales[kQK_K / 64];
+};
+static_assert(sizeof(BlockIQ3_S) == 110);
+
+// IQ1_S: group l of sub-block s indexes iq1s (values -1, 0, 1) with qs[4s + l] | (qh[s] >> 3l & 7)
+// << 8; sc = qh[s] >> 12 & 7; delta = -0.125 if qh[s] bit 15, else +0.125. y = d * (2 sc + 1) *
+// (g + delta).
+struct BlockIQ1_S {
+  half_bits d;
+  uint8_t qs[kQK_K / 8];
+  uint16_t qh[kQK_K / 32];
+};
+static_assert(sizeof(BlockIQ1_S) == 50);
+
+// IQ1_M: no d field: the four 16-bit words of scales[] carry d's 16 bits in their top nibbles
+// (word 0 the lowest) and 3-bit codes for each 16 elements below them (sub-block s: word s / 2,
+// bits 6(s % 2) for elements 0-15 and 6(s % 2) + 3 for 16-31). Group l (8 elements) of sub-block
+// s indexes iq1s with qs[4s + l] | (qh[2s + l / 2] >> 4(l % 2) & 7) << 8, and bit 3 of that nibble
+// makes its delta -0.125 (else +0.125). y = d * (2 sc + 1) * (g + delta).
+struct BlockIQ1_M {
+  uint8_t qs[kQK_K / 8];
+  uint8_t qh[kQK_K / 16];
+  uint8_t scales[kQK_K / 32];
+};
+static_assert(sizeof(BlockIQ1_M) == 56);
+
+// ---------------------------------------------------------------------------------------------
 // Scale unpacking shared by the reference and the kernels.
 
 // Q4_K/Q5_K: scale code sc and min code mc (0..63) of sub-block j (0..7). Sub-blocks 0..3 use

@@ -30,6 +30,15 @@ KITE_QUANT_REF_TYPE(q8_k)
 KITE_QUANT_REF_TYPE(iq4_nl)
 KITE_QUANT_REF_TYPE(iq4_xs)
 
+// Decoding only: the codebook types (ref_iq_codebook.cpp).
+void dequantize_iq2_xxs(const void* src, float* dst, int64_t n);
+void dequantize_iq2_xs(const void* src, float* dst, int64_t n);
+void dequantize_iq2_s(const void* src, float* dst, int64_t n);
+void dequantize_iq3_xxs(const void* src, float* dst, int64_t n);
+void dequantize_iq3_s(const void* src, float* dst, int64_t n);
+void dequantize_iq1_s(const void* src, float* dst, int64_t n);
+void dequantize_iq1_m(const void* src, float* dst, int64_t n);
+
 // Weighted variants: minimize sum w[i] * (x[i] - y[i])^2 (w: n weights >= 0; nullptr gives the
 // unweighted quantizer's bytes).
 #define KITE_QUANT_REF_WEIGHTED(name) void quantize_##name##_w(const float* src, void* dst, int64_t n, const float* w);
