@@ -69,11 +69,14 @@ TEST_CASE("perplexity: transformers' definition matches reference.json within 0.
   }
 }
 
-TEST_CASE("perplexity: every GGUF file within 0.5% of llama.cpp's ppl_ctx256") {
-  const auto peer = nlohmann::json::parse(read_file(testdata("gguf/peer-reference.json")));
+namespace {
+
+// Every file a reference lists (peer-reference.json's shape: file -> {ppl_ctx256, ...}) in `dir`.
+void check_llama_cpp_ppl(const std::string& reference, const std::string& dir) {
+  const auto peer = nlohmann::json::parse(read_file(reference));
   const std::string heldout = read_file(testdata("heldout.txt"));
   for (const auto& [file, ref] : peer.items()) {
-    Loaded l = load(testdata("gguf/" + file), 256);
+    Loaded l = load(dir + "/" + file, 256);
     EncodeOptions eo;
     eo.add_special = false;
     std::vector<TokenId> tokens = l.tok->encode(heldout, eo);
@@ -84,4 +87,16 @@ TEST_CASE("perplexity: every GGUF file within 0.5% of llama.cpp's ppl_ctx256") {
     MESSAGE(file, ": ", r->ppl, " (llama.cpp ", want, ", ", 100 * (r->ppl / want - 1), "%)");
     CHECK_MESSAGE(std::fabs(r->ppl / want - 1) < 0.005, file);
   }
+}
+
+}  // namespace
+
+TEST_CASE("perplexity: every GGUF file within 0.5% of llama.cpp's ppl_ctx256") {
+  check_llama_cpp_ppl(testdata("gguf/peer-reference.json"), testdata("gguf"));
+}
+
+// The codebook types (IQ1_S..IQ3_S), all in one llama.cpp-quantized file (tests/data/README.md).
+TEST_CASE("perplexity: the IQ codebook mix within 0.5% of llama.cpp's ppl_ctx256") {
+  const std::string dir = std::string(KITE_SOURCE_DIR) + "/tests/data";
+  check_llama_cpp_ppl(dir + "/iq-mix-reference.json", dir);
 }
