@@ -83,7 +83,9 @@ void bench_type(Backend& be, int threads, DType t, Shape s, int64_t n, const cha
   std::normal_distribution<float> nd(0.f, 0.02f);
   for (float& v : wf) v = nd(g);
   std::vector<uint8_t> proto(row * uniq);
-  if (!quant::quantize_rows(t, wf.data(), proto.data(), uniq, s.k).ok()) std::abort();
+  const Status made = quant::can_randomize(t) ? quant::random_blocks(t, proto.data(), s.k * uniq, 1, 0.02f)
+                                               : quant::quantize_rows(t, wf.data(), proto.data(), uniq, s.k);
+  if (!made.ok()) std::abort();
   const size_t copies = n == 1 ? std::max<size_t>(1, (size_t{512} << 20) / wbytes) : 1;
   std::vector<std::unique_ptr<uint8_t[]>> ws;
   for (size_t c = 0; c < copies; ++c) {

@@ -5,6 +5,7 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -48,10 +49,20 @@ inline std::vector<uint8_t> bytes_of_i32(const std::vector<int32_t>& v) {
   return b;
 }
 
-// Rows of `cols` floats encoded as `t`.
+// Rows of `cols` floats encoded as `t`; for the types kite only decodes (the IQ codebook types),
+// random blocks of x's RMS instead (seeded by x's first value).
 inline std::vector<uint8_t> encode(DType t, const std::vector<float>& x, int64_t rows, int64_t cols) {
   const size_t rb = quant::row_size(t, cols).value();
   std::vector<uint8_t> out(rb * static_cast<size_t>(rows));
+  if (quant::can_randomize(t)) {
+    double s2 = 0;
+    for (float v : x) s2 += static_cast<double>(v) * v;
+    uint32_t seed;
+    std::memcpy(&seed, x.data(), sizeof seed);
+    const auto rms = static_cast<float>(std::sqrt(s2 / static_cast<double>(x.size())));
+    REQUIRE(quant::random_blocks(t, out.data(), rows * cols, seed, rms).ok());
+    return out;
+  }
   REQUIRE(quant::quantize_rows(t, x.data(), out.data(), rows, cols).ok());
   return out;
 }
@@ -183,6 +194,21 @@ inline constexpr DType kQuantTypes[] = {DType::Q4_0, DType::Q4_1, DType::Q5_0, D
                              DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K,
                              DType::IQ4_NL, DType::IQ4_XS};
 
+// The codebook types: the CPU runs them (CUDA and Vulkan refuse them: supports() is false).
+inline constexpr DType kIqTypes[] = {DType::IQ2_XXS, DType::IQ2_XS, DType::IQ2_S, DType::IQ3_XXS,
+                                     DType::IQ3_S,   DType::IQ1_S,  DType::IQ1_M};
+inline bool is_iq(DType t) { return std::find(std::begin(kIqTypes), std::end(kIqTypes), t) != std::end(kIqTypes); }
+
+// Whether config c runs node n: every config does, except that the GPU backends refuse the IQ
+// codebook types (checked here, and said once per backend).
+inline bool runs(const Config& c, const Tensor& n, DType weight) {
+  if (c.cpu || !is_iq(weight)) return true;
+  CHECK_MESSAGE(!c.backend->supports(n), c.label, " claims ", quant::find_traits(weight)->name);
+  static std::set<std::string> said;
+  if (said.insert(c.label).second) MESSAGE(c.label, ": refuses the IQ codebook types (CPU only)");
+  return false;
+}
+
 inline bool is_float(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; }
 
 // NMSE bound for mul_mat of n activation rows: exact f32 math (scalar reference, float weights,
@@ -230,6 +256,7 @@ inline void check_mul_mat(DType t, int64_t k, int64_t m, int64_t n1, int64_t n2,
       }
     }
     Tensor* y = g.mul_mat(w, x);
+    if (!runs(c, *y, t)) return;
     const std::vector<float> got = run_graph(*c.backend, g, y, {{w, wb}, {xs, bytes_of(xf)}});
     const double e = nmse(got, ref);
     INFO(c.label, " ", quant::find_traits(t)->name, " k=", k, " m=", m, " n=", n1, "x", n2, gap ? " strided" : "");

@@ -233,6 +233,37 @@ TEST_CASE("ops: mul_mat batched decode 2..70 rows, wgemm on and off") {
   CHECK(cpu::wgemm_min_rows() == -1);
 }
 
+// The codebook types (random blocks: kite has no quantizer for them) on every path: the per-row
+// dots (1-31 rows), the 16-element-scale tiles (32 rows and more: at the VNNI levels, and for
+// IQ1_S/IQ1_M at AVX2), wgemm and the wide tiles (AVX-512: 9-64 rows, past 64).
+TEST_CASE("ops: mul_mat and get_rows of the IQ codebook types, every level and path") {
+  uint32_t seed = 1700;
+  for (bool wide : {true, false}) {
+    cpu::set_wgemm_rows(wide ? -1 : 0, wide ? -1 : 0);
+    for (DType t : kIqTypes)
+      for (int64_t n : {1, 2, 4, 7, 12, 33, 70}) check_mul_mat(t, 512, n % 2 == 0 ? 37 : 21, n, 1, false, seed++);
+  }
+  cpu::set_wgemm_rows(-1, -1);
+  const int64_t ne0 = 512, rows = 5;
+  const std::vector<int32_t> ids = {4, 0, 2};
+  for (DType t : kIqTypes) {
+    const std::vector<uint8_t> tb = encode(t, randn(static_cast<size_t>(ne0 * rows), seed++), rows, ne0);
+    const std::vector<float> td = decode(t, tb, ne0 * rows);
+    std::vector<double> ref;
+    for (int32_t id : ids) ref.insert(ref.end(), td.begin() + id * ne0, td.begin() + (id + 1) * ne0);
+    for_each_config([&](const Config& c) {
+      Graph g;
+      Tensor* tt = g.input(t, {ne0, rows}, "table");
+      Tensor* ti = g.input(DType::I32, {static_cast<int64_t>(ids.size())}, "ids");
+      Tensor* out = g.get_rows(tt, ti);
+      if (!runs(c, *out, t)) return;
+      const std::vector<float> got = run_graph(*c.backend, g, out, {{tt, tb}, {ti, bytes_of_i32(ids)}});
+      INFO("get_rows ", quant::find_traits(t)->name, " on ", c.label);
+      CHECK(nmse(got, ref) == 0.0);
+    });
+  }
+}
+
 TEST_CASE("ops: rope with frequency factors (llama.cpp's rope_freqs), which replace the llama3 formula") {
   const int64_t hd = 64, nh = 2, nt = 3;
   const std::vector<float> x = randn(static_cast<size_t>(hd * nh * nt), 31);

@@ -442,7 +442,14 @@ ActFormat act_format(DType t) {
     case DType::Q4_K:
     case DType::Q5_K:
     case DType::Q6_K:
-    case DType::IQ4_XS: return ActFormat::kQ8K;
+    case DType::IQ4_XS:
+    case DType::IQ2_XXS:
+    case DType::IQ2_XS:
+    case DType::IQ2_S:
+    case DType::IQ3_XXS:
+    case DType::IQ3_S:
+    case DType::IQ1_S:
+    case DType::IQ1_M: return ActFormat::kQ8K;
     default: return ActFormat::kQ8;
   }
 }

@@ -161,6 +161,7 @@ IqGrids build() {
   for (int b = 0; b < 256; ++b)
     for (int j = 0; j < 8; ++j)
       if (b >> j & 1) g.sign_mask[b] |= uint64_t{0xff} << (8 * j);
+  for (int b = 0; b < 128; ++b) g.sign_mask7[b] = g.sign_mask[iq_signs8(static_cast<uint32_t>(b))];
   return g;
 }
 

@@ -19,8 +19,10 @@ struct IqGrids {
   uint32_t iq3xxs[256];
   uint32_t iq3s[512];
   uint64_t iq1s[2048];  // bytes 0xff, 0x00, 0x01 (int8 -1, 0, 1)
-  // sign_mask[b]: byte j is 0xff where bit j of b is set (the 8 signs of a group as a mask).
+  // sign_mask[b]: byte j is 0xff where bit j of b is set (the 8 signs of a group as a mask);
+  // sign_mask7[b]: the same for the 8 signs that 7 stored bits stand for (iq_signs8 below).
   uint64_t sign_mask[256];
+  uint64_t sign_mask7[128];
 };
 
 // Built once, on first use (thread-safe).
@@ -37,23 +39,53 @@ constexpr uint8_t iq_signs8(uint32_t seven) {
   return static_cast<uint8_t>(seven | (parity & 1) << 7);
 }
 
-// Sub-block s (elements 32s..32s+31) of a block as integer codes and scales: element j's value is
-// (D * scale[j / 16]) * q[j], D the returned float (per block). Computed in that order the values
-// are ggml's to the bit (its formulas, blocks.h, regrouped by powers of two). q is g * sign (IQ1:
-// 8 g + 8 delta, in -9..9); scales are 1 + 2 sc.
-struct IqSub {
-  int8_t q[32];
-  int32_t scale[2];
-};
-float iq_sub(const BlockIQ2_XXS& b, int s, IqSub* out);
-float iq_sub(const BlockIQ2_XS& b, int s, IqSub* out);
-float iq_sub(const BlockIQ2_S& b, int s, IqSub* out);
-float iq_sub(const BlockIQ3_XXS& b, int s, IqSub* out);
-float iq_sub(const BlockIQ3_S& b, int s, IqSub* out);
-float iq_sub(const BlockIQ1_S& b, int s, IqSub* out);
-float iq_sub(const BlockIQ1_M& b, int s, IqSub* out);
+// Element j of sub-block s (elements 32s..32s+31) of a block is (D * scale[j / 16]) * q[j]: D =
+// d * kIqDFactor, scale = 1 + 2 sc (iq_scales), q = g * sign (IQ1: 8 g + 8 delta, in -9..9).
+// Computed in that order the values are ggml's to the bit (its formulas, blocks.h, regrouped by
+// powers of two).
 
-// IQ1_M's d, gathered from the top nibbles of its scale words.
-uint16_t iq1_m_d(const BlockIQ1_M& b);
+// The two scales (1 + 2 sc) of sub-block s: elements 0-15, 16-31.
+inline void iq_scales(const BlockIQ2_XXS& b, int s, int32_t sc[2]) {
+  sc[0] = sc[1] = 1 + 2 * (b.qs[4 * s + 3] >> 12);
+}
+inline void iq_scales(const BlockIQ2_XS& b, int s, int32_t sc[2]) {
+  sc[0] = 1 + 2 * (b.scales[s] & 0xf), sc[1] = 1 + 2 * (b.scales[s] >> 4);
+}
+inline void iq_scales(const BlockIQ2_S& b, int s, int32_t sc[2]) {
+  sc[0] = 1 + 2 * (b.scales[s] & 0xf), sc[1] = 1 + 2 * (b.scales[s] >> 4);
+}
+inline void iq_scales(const BlockIQ3_XXS& b, int s, int32_t sc[2]) {
+  sc[0] = sc[1] = 1 + 2 * (b.qs[kQK_K / 4 + 4 * s + 3] >> 4);
+}
+inline void iq_scales(const BlockIQ3_S& b, int s, int32_t sc[2]) {
+  sc[0] = sc[1] = 1 + 2 * (b.scales[s / 2] >> (4 * (s % 2)) & 0xf);
+}
+inline void iq_scales(const BlockIQ1_S& b, int s, int32_t sc[2]) { sc[0] = sc[1] = 1 + 2 * (b.qh[s] >> 12 & 7); }
+inline void iq_scales(const BlockIQ1_M& b, int s, int32_t sc[2]) {
+  const int w = b.scales[2 * (s / 2)] | b.scales[2 * (s / 2) + 1] << 8;
+  sc[0] = 1 + 2 * (w >> (6 * (s % 2)) & 7), sc[1] = 1 + 2 * (w >> (6 * (s % 2) + 3) & 7);
+}
+
+// IQ1_M's d: the top nibbles of its four scale words, word 0 the lowest.
+inline half_bits iq1_m_d(const BlockIQ1_M& b) {
+  unsigned d = 0;
+  for (int w = 0; w < 4; ++w) d |= static_cast<unsigned>(b.scales[2 * w + 1] >> 4) << (4 * w);
+  return static_cast<half_bits>(d);
+}
+
+// The block's d as stored (binary16 bits) and the power of two D / d.
+inline half_bits iq_d_bits(const BlockIQ2_XXS& b) { return b.d; }
+inline half_bits iq_d_bits(const BlockIQ2_XS& b) { return b.d; }
+inline half_bits iq_d_bits(const BlockIQ2_S& b) { return b.d; }
+inline half_bits iq_d_bits(const BlockIQ3_XXS& b) { return b.d; }
+inline half_bits iq_d_bits(const BlockIQ3_S& b) { return b.d; }
+inline half_bits iq_d_bits(const BlockIQ1_S& b) { return b.d; }
+inline half_bits iq_d_bits(const BlockIQ1_M& b) { return iq1_m_d(b); }
+template <typename Block>
+constexpr float kIqDFactor = 0.125f;  // IQ2: (0.5 + sc) * 0.25 = (1 + 2 sc) / 8; IQ1: codes 8x
+template <>
+inline constexpr float kIqDFactor<BlockIQ3_XXS> = 0.25f;
+template <>
+inline constexpr float kIqDFactor<BlockIQ3_S> = 1.0f;
 
 }  // namespace kite::quant

@@ -84,6 +84,13 @@ bool can_quantize(Type t);
 // scales as halves, FLT_MAX for F32, BF16 and Q8_K.
 float max_quantizable(Type t);
 
+// The types kite decodes but has no quantizer for (the IQ codebook types IQ1_S..IQ3_S) can still be
+// made up: random_blocks fills n elements (whole blocks) with random codes and scales, each block's
+// d set so that its values' RMS is `rms`. For synthetic weights (kite bench --synthetic, tests);
+// deterministic in `seed`. An error for a type where can_randomize is false.
+bool can_randomize(Type t);
+Status random_blocks(Type t, void* dst, int64_t n, uint64_t seed, float rms);
+
 // Checked entry points: reject unknown/uncomputable types, partial blocks and (quantize) NaN,
 // Inf and values beyond max_quantizable(). `n` elements are contiguous blocks (so a run of
 // whole rows can be passed at once).
