@@ -259,6 +259,12 @@ TEST_CASE("quantize: CLI errors leave no output file behind") {
   CHECK(r.err.find("unknown type 'Q7_X'") != std::string::npos);
   CHECK(r.err.find("Q4_K_M") != std::string::npos);
   CHECK(!fs::exists(out));
+  for (const char* iq : {"IQ2_M", "iq2_xxs"}) {  // runs them, cannot make them: said so
+    r = run_kite({"quantize", f16, out.string(), iq});
+    CHECK(r.exit_code == 2);
+    CHECK_MESSAGE(r.err.find(std::string("cannot quantize to ") + iq) != std::string::npos, r.err);
+    CHECK(!fs::exists(out));
+  }
 
   r = run_kite({"quantize", f16, out.string(), "Q4_0", "-t", "-3"});
   CHECK(r.exit_code == 2);

@@ -8,6 +8,7 @@
 //   Quantizes one tensor group at a time to TYPE and prints each group's perplexity cost.
 // Both are formats/convert.h's convert_model(); they differ in their arguments and in the
 // tensor order quantize keeps (llama-quantize's, which the mixes' per-layer rules follow).
+#include <cctype>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -127,6 +128,15 @@ int run_convert(const char* cmd, const ConvertArgs& a, bool quantize) {
     return kExitUsage;
   }
   if (quant::find_mix(a.type) == nullptr) {
+    // llama.cpp's IQ1/IQ2/IQ3 types and mixes (IQ2_M, IQ3_XS, ...): kite runs them, it cannot make them.
+    std::string upper = a.type;
+    for (char& ch : upper) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+    if (upper.rfind("IQ1_", 0) == 0 || upper.rfind("IQ2_", 0) == 0 || upper.rfind("IQ3_", 0) == 0) {
+      std::cerr << "kite " << cmd << ": cannot quantize to " << a.type
+                << ": kite runs files that llama-quantize wrote in the IQ1/IQ2/IQ3 codebook types, but has no "
+                   "quantizer for them (IQ4_NL and IQ4_XS it has)\n";
+      return kExitUsage;
+    }
     std::string known;
     for (const auto& n : quant::known_mix_names()) known += (known.empty() ? "" : " ") + n;
     std::cerr << "kite " << cmd << ": unknown type '" << a.type << "'; known types: " << known << "\n";
