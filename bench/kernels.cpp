@@ -84,7 +84,7 @@ void bench_type(Backend& be, int threads, DType t, Shape s, int64_t n, const cha
   for (float& v : wf) v = nd(g);
   std::vector<uint8_t> proto(row * uniq);
   const Status made = quant::can_randomize(t) ? quant::random_blocks(t, proto.data(), s.k * uniq, 1, 0.02f)
-                                               : quant::quantize_rows(t, wf.data(), proto.data(), uniq, s.k);
+                                              : quant::quantize_rows(t, wf.data(), proto.data(), uniq, s.k);
   if (!made.ok()) std::abort();
   const size_t copies = n == 1 ? std::max<size_t>(1, (size_t{512} << 20) / wbytes) : 1;
   std::vector<std::unique_ptr<uint8_t[]>> ws;

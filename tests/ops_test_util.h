@@ -197,7 +197,9 @@ inline constexpr DType kQuantTypes[] = {DType::Q4_0, DType::Q4_1, DType::Q5_0, D
 // The codebook types: the CPU runs them (CUDA and Vulkan refuse them: supports() is false).
 inline constexpr DType kIqTypes[] = {DType::IQ2_XXS, DType::IQ2_XS, DType::IQ2_S, DType::IQ3_XXS,
                                      DType::IQ3_S,   DType::IQ1_S,  DType::IQ1_M};
-inline bool is_iq(DType t) { return std::find(std::begin(kIqTypes), std::end(kIqTypes), t) != std::end(kIqTypes); }
+inline bool is_iq(DType t) {
+  return std::find(std::begin(kIqTypes), std::end(kIqTypes), t) != std::end(kIqTypes);
+}
 
 // Whether config c runs node n: every config does, except that the GPU backends refuse the IQ
 // codebook types (checked here, and said once per backend).

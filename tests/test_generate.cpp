@@ -38,8 +38,8 @@ TEST_CASE("generate: stories260K greedy text equals llama.cpp's (F32, F16, Q8_0)
 TEST_CASE("generate: the IQ codebook mix's greedy text equals llama.cpp's") {
   const std::string dir = std::string(KITE_SOURCE_DIR) + "/tests/data";
   const auto ref = nlohmann::json::parse(read_file(dir + "/iq-mix-reference.json"))["llama-draft-iq-mix.gguf"];
-  auto out = run_kite({"run", "-m", dir + "/llama-draft-iq-mix.gguf", "-p", ref["greedy32_prompt"], "-n", "32",
-                       "--temp", "0"});
+  auto out = run_kite(
+      {"run", "-m", dir + "/llama-draft-iq-mix.gguf", "-p", ref["greedy32_prompt"], "-n", "32", "--temp", "0"});
   REQUIRE_MESSAGE(out.exit_code == 0, out.err);
   CHECK(out.out == without_bos(ref["greedy32_output"], "<|begin_of_text|>"));
 }

@@ -8,16 +8,15 @@
 //   Quantizes one tensor group at a time to TYPE and prints each group's perplexity cost.
 // Both are formats/convert.h's convert_model(); they differ in their arguments and in the
 // tensor order quantize keeps (llama-quantize's, which the mixes' per-layer rules follow).
+#include <algorithm>
 #include <cctype>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <memory>
-#include <string>
-
-#include <algorithm>
-#include <fstream>
 #include <sstream>
+#include <string>
 
 #include "formats/convert.h"
 #include "formats/weight_source.h"

@@ -449,7 +449,8 @@ ActFormat act_format(DType t) {
     case DType::IQ3_XXS:
     case DType::IQ3_S:
     case DType::IQ1_S:
-    case DType::IQ1_M: return ActFormat::kQ8K;
+    case DType::IQ1_M:
+      return ActFormat::kQ8K;
     default: return ActFormat::kQ8;
   }
 }

@@ -127,7 +127,9 @@ constexpr char kIq1sBits[] =
     "0000aa0a280aba20eaa2020082480928e91400114b4551004501a802501442510888240888280a40080045011405a002"
     "4051084501";
 
-int hex_digit(char c) { return c <= '9' ? c - '0' : c - 'a' + 10; }
+int hex_digit(char c) {
+  return c <= '9' ? c - '0' : c - 'a' + 10;
+}
 
 // The codebook whose lattice has `coords` coordinates on `levels` (byte values): its points in
 // order, packed as bytes (coordinate 0 lowest). `n` entries; the bitmap must hold exactly n bits.
@@ -140,8 +142,7 @@ void expand(const char* bits, int coords, const uint8_t* levels, int n_levels, E
     const int byte = (hex_digit(bits[2 * (p / 8)]) << 4) | hex_digit(bits[2 * (p / 8) + 1]);
     if ((byte >> (p % 8) & 1) == 0) continue;
     Entry e = 0;
-    for (int c = 0, q = p; c < coords; ++c, q /= n_levels)
-      e |= static_cast<Entry>(levels[q % n_levels]) << (8 * c);
+    for (int c = 0, q = p; c < coords; ++c, q /= n_levels) e |= static_cast<Entry>(levels[q % n_levels]) << (8 * c);
     out[found++] = e;
   }
 }
@@ -158,10 +159,9 @@ IqGrids build() {
   expand(kIq3xxsBits, 4, kIq3xxs, 8, g.iq3xxs);
   expand(kIq3sBits, 4, kIq3s, 8, g.iq3s);
   expand(kIq1sBits, 8, kIq1, 3, g.iq1s);
-  for (int b = 0; b < 256; ++b)
+  for (uint32_t b = 0; b < 128; ++b)
     for (int j = 0; j < 8; ++j)
-      if (b >> j & 1) g.sign_mask[b] |= uint64_t{0xff} << (8 * j);
-  for (int b = 0; b < 128; ++b) g.sign_mask7[b] = g.sign_mask[iq_signs8(static_cast<uint32_t>(b))];
+      if (iq_signs8(b) >> j & 1) g.sign_mask7[b] |= uint64_t{0xff} << (8 * j);
   return g;
 }
 

@@ -19,9 +19,8 @@ struct IqGrids {
   uint32_t iq3xxs[256];
   uint32_t iq3s[512];
   uint64_t iq1s[2048];  // bytes 0xff, 0x00, 0x01 (int8 -1, 0, 1)
-  // sign_mask[b]: byte j is 0xff where bit j of b is set (the 8 signs of a group as a mask);
-  // sign_mask7[b]: the same for the 8 signs that 7 stored bits stand for (iq_signs8 below).
-  uint64_t sign_mask[256];
+  // sign_mask7[b]: the 8 signs that 7 stored bits b stand for (iq_signs8 below) as a mask, byte j
+  // 0xff where element j is negative.
   uint64_t sign_mask7[128];
 };
 
@@ -60,29 +59,27 @@ inline void iq_scales(const BlockIQ3_XXS& b, int s, int32_t sc[2]) {
 inline void iq_scales(const BlockIQ3_S& b, int s, int32_t sc[2]) {
   sc[0] = sc[1] = 1 + 2 * (b.scales[s / 2] >> (4 * (s % 2)) & 0xf);
 }
-inline void iq_scales(const BlockIQ1_S& b, int s, int32_t sc[2]) { sc[0] = sc[1] = 1 + 2 * (b.qh[s] >> 12 & 7); }
+inline void iq_scales(const BlockIQ1_S& b, int s, int32_t sc[2]) {
+  sc[0] = sc[1] = 1 + 2 * (b.qh[s] >> 12 & 7);
+}
 inline void iq_scales(const BlockIQ1_M& b, int s, int32_t sc[2]) {
   const int w = b.scales[2 * (s / 2)] | b.scales[2 * (s / 2) + 1] << 8;
   sc[0] = 1 + 2 * (w >> (6 * (s % 2)) & 7), sc[1] = 1 + 2 * (w >> (6 * (s % 2) + 3) & 7);
 }
 
-// IQ1_M's d: the top nibbles of its four scale words, word 0 the lowest.
-inline half_bits iq1_m_d(const BlockIQ1_M& b) {
+// The block's d as stored (binary16 bits; IQ1_M's is spread over the top nibbles of its four scale
+// words, word 0 the lowest), and the power of two D / d.
+template <typename Block>
+half_bits iq_d_bits(const Block& b) {
+  return b.d;
+}
+inline half_bits iq_d_bits(const BlockIQ1_M& b) {
   unsigned d = 0;
   for (int w = 0; w < 4; ++w) d |= static_cast<unsigned>(b.scales[2 * w + 1] >> 4) << (4 * w);
   return static_cast<half_bits>(d);
 }
-
-// The block's d as stored (binary16 bits) and the power of two D / d.
-inline half_bits iq_d_bits(const BlockIQ2_XXS& b) { return b.d; }
-inline half_bits iq_d_bits(const BlockIQ2_XS& b) { return b.d; }
-inline half_bits iq_d_bits(const BlockIQ2_S& b) { return b.d; }
-inline half_bits iq_d_bits(const BlockIQ3_XXS& b) { return b.d; }
-inline half_bits iq_d_bits(const BlockIQ3_S& b) { return b.d; }
-inline half_bits iq_d_bits(const BlockIQ1_S& b) { return b.d; }
-inline half_bits iq_d_bits(const BlockIQ1_M& b) { return iq1_m_d(b); }
 template <typename Block>
-constexpr float kIqDFactor = 0.125f;  // IQ2: (0.5 + sc) * 0.25 = (1 + 2 sc) / 8; IQ1: codes 8x
+inline constexpr float kIqDFactor = 0.125f;  // IQ2: (0.5 + sc) * 0.25 = (1 + 2 sc) / 8; IQ1: codes 8x
 template <>
 inline constexpr float kIqDFactor<BlockIQ3_XXS> = 0.25f;
 template <>

@@ -28,7 +28,8 @@ void put8(uint64_t p, uint8_t signs, int8_t* q) {
 
 // IQ1: point p (int8 -1/0/1 bytes) plus delta (+-1/8), times 8.
 void put8_iq1(uint64_t p, bool minus, int8_t* q) {
-  for (int j = 0; j < 8; ++j) q[j] = static_cast<int8_t>(8 * static_cast<int8_t>(p >> (8 * j) & 0xff) + (minus ? -1 : 1));
+  for (int j = 0; j < 8; ++j)
+    q[j] = static_cast<int8_t>(8 * static_cast<int8_t>(p >> (8 * j) & 0xff) + (minus ? -1 : 1));
 }
 
 void iq_sub(const BlockIQ2_XXS& b, int s, IqSub* out) {
@@ -114,13 +115,27 @@ void dequantize_codebook(const void* src, float* dst, int64_t n) {
 
 }  // namespace
 
-void dequantize_iq2_xxs(const void* src, float* dst, int64_t n) { dequantize_codebook<BlockIQ2_XXS>(src, dst, n); }
-void dequantize_iq2_xs(const void* src, float* dst, int64_t n) { dequantize_codebook<BlockIQ2_XS>(src, dst, n); }
-void dequantize_iq2_s(const void* src, float* dst, int64_t n) { dequantize_codebook<BlockIQ2_S>(src, dst, n); }
-void dequantize_iq3_xxs(const void* src, float* dst, int64_t n) { dequantize_codebook<BlockIQ3_XXS>(src, dst, n); }
-void dequantize_iq3_s(const void* src, float* dst, int64_t n) { dequantize_codebook<BlockIQ3_S>(src, dst, n); }
-void dequantize_iq1_s(const void* src, float* dst, int64_t n) { dequantize_codebook<BlockIQ1_S>(src, dst, n); }
-void dequantize_iq1_m(const void* src, float* dst, int64_t n) { dequantize_codebook<BlockIQ1_M>(src, dst, n); }
+void dequantize_iq2_xxs(const void* src, float* dst, int64_t n) {
+  dequantize_codebook<BlockIQ2_XXS>(src, dst, n);
+}
+void dequantize_iq2_xs(const void* src, float* dst, int64_t n) {
+  dequantize_codebook<BlockIQ2_XS>(src, dst, n);
+}
+void dequantize_iq2_s(const void* src, float* dst, int64_t n) {
+  dequantize_codebook<BlockIQ2_S>(src, dst, n);
+}
+void dequantize_iq3_xxs(const void* src, float* dst, int64_t n) {
+  dequantize_codebook<BlockIQ3_XXS>(src, dst, n);
+}
+void dequantize_iq3_s(const void* src, float* dst, int64_t n) {
+  dequantize_codebook<BlockIQ3_S>(src, dst, n);
+}
+void dequantize_iq1_s(const void* src, float* dst, int64_t n) {
+  dequantize_codebook<BlockIQ1_S>(src, dst, n);
+}
+void dequantize_iq1_m(const void* src, float* dst, int64_t n) {
+  dequantize_codebook<BlockIQ1_M>(src, dst, n);
+}
 
 }  // namespace ref
 namespace {
@@ -164,23 +179,40 @@ bool can_randomize(Type t) {
     case Type::IQ3_XXS:
     case Type::IQ3_S:
     case Type::IQ1_S:
-    case Type::IQ1_M: return true;
-    default: return false;
+    case Type::IQ1_M:
+      return true;
+    default:
+      return false;
   }
 }
 
 Status random_blocks(Type t, void* dst, int64_t n, uint64_t seed, float rms) {
-  if (!can_randomize(t)) return make_error("cannot make random blocks of type ", find_traits(t) ? find_traits(t)->name : "?");
+  if (!can_randomize(t))
+    return make_error("cannot make random blocks of type ", find_traits(t) ? find_traits(t)->name : "?");
   KITE_ASSIGN_OR_RETURN(size_t bytes, row_size(t, n));
   (void)bytes;
   switch (t) {
-    case Type::IQ2_XXS: randomize<BlockIQ2_XXS>(dst, n, seed, rms); break;
-    case Type::IQ2_XS: randomize<BlockIQ2_XS>(dst, n, seed, rms); break;
-    case Type::IQ2_S: randomize<BlockIQ2_S>(dst, n, seed, rms); break;
-    case Type::IQ3_XXS: randomize<BlockIQ3_XXS>(dst, n, seed, rms); break;
-    case Type::IQ3_S: randomize<BlockIQ3_S>(dst, n, seed, rms); break;
-    case Type::IQ1_S: randomize<BlockIQ1_S>(dst, n, seed, rms); break;
-    default: randomize<BlockIQ1_M>(dst, n, seed, rms); break;
+    case Type::IQ2_XXS:
+      randomize<BlockIQ2_XXS>(dst, n, seed, rms);
+      break;
+    case Type::IQ2_XS:
+      randomize<BlockIQ2_XS>(dst, n, seed, rms);
+      break;
+    case Type::IQ2_S:
+      randomize<BlockIQ2_S>(dst, n, seed, rms);
+      break;
+    case Type::IQ3_XXS:
+      randomize<BlockIQ3_XXS>(dst, n, seed, rms);
+      break;
+    case Type::IQ3_S:
+      randomize<BlockIQ3_S>(dst, n, seed, rms);
+      break;
+    case Type::IQ1_S:
+      randomize<BlockIQ1_S>(dst, n, seed, rms);
+      break;
+    default:
+      randomize<BlockIQ1_M>(dst, n, seed, rms);
+      break;
   }
   return ok_status();
 }
