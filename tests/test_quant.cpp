@@ -172,6 +172,16 @@ TEST_CASE("quant: IQ codebook types decode as llama.cpp does, every codebook ent
     }
   }
   CHECK(checked == 14);
+  // Synthetic blocks (kite has no quantizer for these types): the asked RMS, errors elsewhere.
+  std::vector<uint8_t> blocks(*row_size(Type::IQ2_S, 1024));
+  REQUIRE(random_blocks(Type::IQ2_S, blocks.data(), 1024, 7, 0.02f).ok());
+  std::vector<float> y(1024);
+  REQUIRE(dequantize_row(Type::IQ2_S, blocks.data(), y.data(), 1024).ok());
+  double s2 = 0;
+  for (float v : y) s2 += static_cast<double>(v) * v;
+  CHECK(std::sqrt(s2 / 1024) == doctest::Approx(0.02).epsilon(0.01));  // (d rounded to F16)
+  CHECK(!random_blocks(Type::Q4_0, blocks.data(), 1024, 7, 0.02f).ok());
+  CHECK(!random_blocks(Type::IQ2_S, blocks.data(), 100, 7, 0.02f).ok());
 }
 
 // Types without a llama.cpp file in the test data: blocks built by hand from ggml's layout

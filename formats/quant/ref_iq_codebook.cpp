@@ -105,12 +105,13 @@ template <typename Block>
 void dequantize_codebook(const void* src, float* dst, int64_t n) {
   const auto* b = static_cast<const Block*>(src);
   IqSub sub;
-  for (int64_t i = 0; i < n / kQK_K; ++i)
+  for (int64_t i = 0; i < n / kQK_K; ++i) {
+    const float d = fp16_to_fp32(iq_d_bits(b[i])) * kIqDFactor<Block>;
     for (int s = 0; s < kQK_K / 32; ++s, dst += 32) {
-      const float d = fp16_to_fp32(iq_d_bits(b[i])) * kIqDFactor<Block>;
       iq_sub(b[i], s, &sub);
       for (int j = 0; j < 32; ++j) dst[j] = d * static_cast<float>(sub.scale[j / 16]) * static_cast<float>(sub.q[j]);
     }
+  }
 }
 
 }  // namespace
@@ -171,49 +172,30 @@ void randomize(void* dst, int64_t n, uint64_t seed, float rms) {
 
 }  // namespace
 
-bool can_randomize(Type t) {
+// Calls fn(Block{}) with the block struct of codebook type t; false for any other type.
+template <class Fn>
+bool with_codebook_block(Type t, Fn&& fn) {
   switch (t) {
-    case Type::IQ2_XXS:
-    case Type::IQ2_XS:
-    case Type::IQ2_S:
-    case Type::IQ3_XXS:
-    case Type::IQ3_S:
-    case Type::IQ1_S:
-    case Type::IQ1_M:
-      return true;
-    default:
-      return false;
+    case Type::IQ2_XXS: fn(BlockIQ2_XXS{}); return true;
+    case Type::IQ2_XS: fn(BlockIQ2_XS{}); return true;
+    case Type::IQ2_S: fn(BlockIQ2_S{}); return true;
+    case Type::IQ3_XXS: fn(BlockIQ3_XXS{}); return true;
+    case Type::IQ3_S: fn(BlockIQ3_S{}); return true;
+    case Type::IQ1_S: fn(BlockIQ1_S{}); return true;
+    case Type::IQ1_M: fn(BlockIQ1_M{}); return true;
+    default: return false;
   }
 }
 
+bool can_randomize(Type t) {
+  return with_codebook_block(t, [](auto) {});
+}
+
 Status random_blocks(Type t, void* dst, int64_t n, uint64_t seed, float rms) {
-  if (!can_randomize(t))
-    return make_error("cannot make random blocks of type ", find_traits(t) ? find_traits(t)->name : "?");
-  KITE_ASSIGN_OR_RETURN(size_t bytes, row_size(t, n));
+  KITE_ASSIGN_OR_RETURN(size_t bytes, row_size(t, n));  // (an unknown type or partial blocks)
   (void)bytes;
-  switch (t) {
-    case Type::IQ2_XXS:
-      randomize<BlockIQ2_XXS>(dst, n, seed, rms);
-      break;
-    case Type::IQ2_XS:
-      randomize<BlockIQ2_XS>(dst, n, seed, rms);
-      break;
-    case Type::IQ2_S:
-      randomize<BlockIQ2_S>(dst, n, seed, rms);
-      break;
-    case Type::IQ3_XXS:
-      randomize<BlockIQ3_XXS>(dst, n, seed, rms);
-      break;
-    case Type::IQ3_S:
-      randomize<BlockIQ3_S>(dst, n, seed, rms);
-      break;
-    case Type::IQ1_S:
-      randomize<BlockIQ1_S>(dst, n, seed, rms);
-      break;
-    default:
-      randomize<BlockIQ1_M>(dst, n, seed, rms);
-      break;
-  }
+  if (!with_codebook_block(t, [&](auto block) { randomize<decltype(block)>(dst, n, seed, rms); }))
+    return make_error("cannot make random blocks of type ", find_traits(t)->name);
   return ok_status();
 }
 
