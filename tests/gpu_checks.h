@@ -77,16 +77,23 @@ inline void check_greedy_matches_cpu(const std::string& device, const std::vecto
   }
 }
 
-// Perplexity of each GGUF file of peer-reference.json (all when `files` is empty) on `device`,
-// over the first `max_tokens` tokens of the held-out text (0: all of it), against the CPU's over
-// the same span (over all of it, llama.cpp's ppl_ctx256 is the reference): within `tolerance`.
+// Where check_perplexity finds its files and their llama.cpp perplexities (peer-reference.json's
+// shape: file -> {ppl_ctx256, ...}): by default the test data's GGUF files.
+struct PplReference {
+  std::string json = testdata("gguf/peer-reference.json");
+  std::string dir = testdata("gguf");
+};
+
+// Perplexity of each GGUF file of the reference (all when `files` is empty) on `device`, over the
+// first `max_tokens` tokens of the held-out text (0: all of it), against the CPU's over the same
+// span (over all of it, llama.cpp's ppl_ctx256 is the reference): within `tolerance`.
 inline void check_perplexity(const std::string& device, const std::vector<std::string>& files, size_t max_tokens,
-                             double tolerance = 0.005) {
-  const auto peer = nlohmann::json::parse(read_file(testdata("gguf/peer-reference.json")));
+                             double tolerance = 0.005, const PplReference& where = {}) {
+  const auto peer = nlohmann::json::parse(read_file(where.json));
   const std::string heldout = read_file(testdata("heldout.txt"));
   for (const auto& [file, ref] : peer.items()) {
     if (!files.empty() && std::find(files.begin(), files.end(), file) == files.end()) continue;
-    const LoadedModel& l = load_model("gguf/" + file);
+    const LoadedModel l = load_model_at(where.dir + "/" + file, file);
     EncodeOptions eo;
     eo.add_special = false;
     std::vector<TokenId> tokens = l.tok->encode(heldout, eo);

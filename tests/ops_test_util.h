@@ -194,22 +194,10 @@ inline constexpr DType kQuantTypes[] = {DType::Q4_0, DType::Q4_1, DType::Q5_0, D
                              DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K,
                              DType::IQ4_NL, DType::IQ4_XS};
 
-// The codebook types: the CPU runs them (CUDA and Vulkan refuse them: supports() is false).
+// The codebook types (kite decodes them; its quantizer does not make them: encode() makes random
+// blocks).
 inline constexpr DType kIqTypes[] = {DType::IQ2_XXS, DType::IQ2_XS, DType::IQ2_S, DType::IQ3_XXS,
                                      DType::IQ3_S,   DType::IQ1_S,  DType::IQ1_M};
-inline bool is_iq(DType t) {
-  return std::find(std::begin(kIqTypes), std::end(kIqTypes), t) != std::end(kIqTypes);
-}
-
-// Whether config c runs node n: every config does, except that the GPU backends refuse the IQ
-// codebook types (checked here, and said once per backend).
-inline bool runs(const Config& c, const Tensor& n, DType weight) {
-  if (c.cpu || !is_iq(weight)) return true;
-  CHECK_MESSAGE(!c.backend->supports(n), c.label, " claims ", quant::find_traits(weight)->name);
-  static std::set<std::string> said;
-  if (said.insert(c.label).second) MESSAGE(c.label, ": refuses the IQ codebook types (CPU only)");
-  return false;
-}
 
 inline bool is_float(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; }
 
@@ -258,7 +246,6 @@ inline void check_mul_mat(DType t, int64_t k, int64_t m, int64_t n1, int64_t n2,
       }
     }
     Tensor* y = g.mul_mat(w, x);
-    if (!runs(c, *y, t)) return;
     const std::vector<float> got = run_graph(*c.backend, g, y, {{w, wb}, {xs, bytes_of(xf)}});
     const double e = nmse(got, ref);
     INFO(c.label, " ", quant::find_traits(t)->name, " k=", k, " m=", m, " n=", n1, "x", n2, gap ? " strided" : "");

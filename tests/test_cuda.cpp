@@ -140,6 +140,18 @@ TEST_CASE("cuda: every GGUF file within 0.5% of llama.cpp's ppl_ctx256 on the GP
 #endif
 }
 
+// The codebook types (IQ1_S..IQ3_S), all in one llama.cpp-quantized file (tests/data/README.md).
+TEST_CASE("cuda: the IQ codebook mix within 0.5% of llama.cpp's ppl_ctx256 on the GPU") {
+  if (!have_gpu("perplexity")) return;
+  const std::string dir = std::string(KITE_SOURCE_DIR) + "/tests/data";
+  const PplReference iq{dir + "/iq-mix-reference.json", dir};
+#ifdef KITE_CUDA_EMU
+  check_perplexity("cuda", {}, 512, 0.01, iq);  // (as the test above, on the emulator)
+#else
+  check_perplexity("cuda", {}, 0, 0.005, iq);
+#endif
+}
+
 TEST_CASE("cuda: a sequence's greedy tokens do not depend on what shares its batch") {
   if (!have_gpu("batch invariance")) return;
   check_batch_invariance("cuda", "gguf/llama-draft-Q4_K_M.gguf", 16);

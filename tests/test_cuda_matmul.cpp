@@ -119,7 +119,9 @@ TEST_CASE("cuda: mmq matches the CPU backend and the int8 model, every quantized
   const Shape shapes[] = {{256, 1, 9},   {512, 37, 16}, {256, 70, 17},   {256, 5, 33},
                           {256, 19, 64}, {512, 67, 100}, {1024, 37, 20}, {1280, 70, 40}};
   uint32_t seed = 9100;
-  for (DType t : kQuantTypes) {
+  std::vector<DType> types(std::begin(kQuantTypes), std::end(kQuantTypes));
+  types.insert(types.end(), std::begin(kIqTypes), std::end(kIqTypes));
+  for (DType t : types) {
     std::vector<Shape> all(std::begin(shapes), std::end(shapes));
     if (quant::find_traits(t)->block_size == 32)
       all.insert(all.end(), {{64, 21, 256}, {96, 130, 40}, {288, 33, 12}, {864, 70, 40}});

@@ -171,6 +171,8 @@ TEST_CASE("vulkan: the GPU-shaped mul_mat (forced on lavapipe) matches the refer
   for (DType t : ops_test::kQuantTypes)
     for (int64_t n : {1, 9, 70}) ops_test::check_mul_mat(t, 512, 37, n, 1, false, seed++);
   for (DType t : ops_test::kQuantTypes) ops_test::check_mul_mat(t, 256, 130, 33, 1, false, seed++);
+  for (DType t : ops_test::kIqTypes)
+    for (int64_t n : {1, 9, 70}) ops_test::check_mul_mat(t, 512, 37, n, 1, false, seed++);
   for (DType t : ops_test::kFloatTypes) {
     ops_test::check_mul_mat(t, 520, 21, 1, 1, false, seed++);
     ops_test::check_mul_mat(t, 67, 13, 3, 1, false, seed++);
@@ -203,6 +205,9 @@ TEST_CASE("vulkan: quantized GGUF perplexity equals the CPU's on the same text")
                     "llama-draft-Q5_1.gguf", "llama-draft-Q5_K_M.gguf", "llama-draft-Q6_K.gguf",
                     "llama-draft-Q8_0.gguf", "llama-target-Q4_K_M.gguf", "stories260K-Q4_0.gguf"},
                    1024);
+  // The codebook types IQ1_S..IQ3_S, all in one llama.cpp-quantized file (tests/data/README.md).
+  const std::string dir = std::string(KITE_SOURCE_DIR) + "/tests/data";
+  check_perplexity("vulkan", {}, 1024, 0.005, PplReference{dir + "/iq-mix-reference.json", dir});
 }
 
 TEST_CASE("vulkan: a sequence's greedy tokens do not depend on what shares its batch") {

@@ -106,7 +106,8 @@ bool quant_type_supported(int type) {
 
 int type_block_elems(int type) {
   switch (type) {
-    case kQ2_K: case kQ3_K: case kQ4_K: case kQ5_K: case kQ6_K: case kIQ4_XS: return 256;
+    case kQ2_K: case kQ3_K: case kQ4_K: case kQ5_K: case kQ6_K: case kIQ4_XS:
+    case kIQ2_XXS: case kIQ2_XS: case kIQ2_S: case kIQ3_XXS: case kIQ3_S: case kIQ1_S: case kIQ1_M: return 256;
     case kF32: case kF16: case kBF16: case kI32: return 1;
     default: return 32;
   }
@@ -128,6 +129,13 @@ int type_block_bytes(int type) {
     case kQ5_K: return sizeof(quant::BlockQ5_K);
     case kQ6_K: return sizeof(quant::BlockQ6_K);
     case kIQ4_XS: return sizeof(quant::BlockIQ4_XS);
+    case kIQ2_XXS: return sizeof(quant::BlockIQ2_XXS);
+    case kIQ2_XS: return sizeof(quant::BlockIQ2_XS);
+    case kIQ2_S: return sizeof(quant::BlockIQ2_S);
+    case kIQ3_XXS: return sizeof(quant::BlockIQ3_XXS);
+    case kIQ3_S: return sizeof(quant::BlockIQ3_S);
+    case kIQ1_S: return sizeof(quant::BlockIQ1_S);
+    case kIQ1_M: return sizeof(quant::BlockIQ1_M);
     default: return 0;
   }
 }

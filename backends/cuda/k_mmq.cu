@@ -41,7 +41,7 @@ constexpr int kReduceThreads = 256;
 
 // Types whose two 16-element halves share one scale and offset: one k32 product per unit.
 template <int T>
-constexpr bool kOneScale = T != kQ2_K && T != kQ3_K && T != kQ6_K;
+constexpr bool kOneScale = !kUnitTwoScales<T>;
 
 constexpr int ceil_div(int a, int b) { return (a + b - 1) / b; }
 

@@ -99,6 +99,8 @@ cudaError_t launch_mmvq(int type, const MatVecJob& job, int64_t k, const int8_t*
   switch (type) {
     case kQ2_K: case kQ3_K: case kQ4_K: case kQ5_K: case kQ6_K: case kIQ4_XS:
       return launch_mmvq_kquant(type, job, k, q, ds, n, s);
+    case kIQ2_XXS: case kIQ2_XS: case kIQ2_S: case kIQ3_XXS: case kIQ3_S: case kIQ1_S: case kIQ1_M:
+      return launch_mmvq_iq(type, job, k, q, ds, n, s);
     default: return launch_mmvq_legacy(type, job, k, q, ds, n, s);
   }
 }

@@ -22,7 +22,8 @@ void note_compute_capability(int cc);
 // Type ids used by the kernels (quant::Type values).
 enum TypeId : int {
   kF32 = 0, kF16 = 1, kQ4_0 = 2, kQ4_1 = 3, kQ5_0 = 6, kQ5_1 = 7, kQ8_0 = 8,
-  kQ2_K = 10, kQ3_K = 11, kQ4_K = 12, kQ5_K = 13, kQ6_K = 14, kIQ4_NL = 20, kIQ4_XS = 23, kI32 = 26, kBF16 = 30,
+  kQ2_K = 10, kQ3_K = 11, kQ4_K = 12, kQ5_K = 13, kQ6_K = 14, kIQ2_XXS = 16, kIQ2_XS = 17, kIQ3_XXS = 18,
+  kIQ1_S = 19, kIQ4_NL = 20, kIQ3_S = 21, kIQ2_S = 22, kIQ4_XS = 23, kI32 = 26, kIQ1_M = 29, kBF16 = 30,
 };
 
 // True for the block-quantized weight types the kernels read (not the float types).
@@ -205,6 +206,8 @@ cudaError_t launch_mmvq_legacy(int type, const MatVecJob& job, int64_t k, const 
                                cudaStream_t s);
 cudaError_t launch_mmvq_kquant(int type, const MatVecJob& job, int64_t k, const int8_t* q, const float* ds, int n,
                                cudaStream_t s);
+cudaError_t launch_mmvq_iq(int type, const MatVecJob& job, int64_t k, const int8_t* q, const float* ds, int n,
+                           cudaStream_t s);
 
 // ---- int8 tensor-core matrix-matrix product (k_mmq.cu) ------------------------------------
 // dst[c * ldd + i] = W row i · column c for any number of columns n, quantized W of `type` (the

@@ -15,6 +15,7 @@
 
 #include "backends/cuda/kernels.h"
 #include "formats/quant/blocks.h"
+#include "formats/quant/iq_codebooks.h"
 
 namespace kite::cuda {
 
@@ -295,6 +296,170 @@ __device__ __forceinline__ void load_unit<kQ2_K>(const uint8_t* row, int un, Uni
   for (int i = 0; i < 8; ++i) u.q[i] = static_cast<int32_t>((ld32a(qs + 4 * i) >> (2 * j)) & 0x03030303u);
 }
 
+// ---- the codebook types (IQ1_S..IQ3_S): a unit is a sub-block of a 256-element super-block ----
+// As the reference regroups ggml's formulas (formats/quant/iq_grids.h): element j is (D * scale)
+// * q, D = d * kIqDFactor, scale = 1 + 2 sc per 16 elements, q = grid value * sign (IQ1: 8 g + 8
+// delta), so d0 / d1 = D * scale give the CPU's values to the bit. The codebooks lie in device
+// memory (one copy per .cu file, built at compile time by the function the host's is), read
+// through the read-only cache.
+static __device__ const quant::IqGrids kIqGrids = quant::make_iq_grids();
+
+// Bytes 0..3 are 0xff where bits 0..3 of b are set, else 0.
+__device__ __forceinline__ uint32_t bit_bytes4(uint32_t b) { return __vcmpne4((b * 0x01010101u) & 0x08040201u, 0u); }
+
+// An 8-element group: grid bytes g (element j in byte j) with element j negated where bit j of
+// signs is set, into q[0] (elements 0..3) and q[1] (4..7).
+__device__ __forceinline__ void signed_group(uint64_t g, uint32_t signs, int32_t* q) {
+  const uint32_t m0 = bit_bytes4(signs & 15u), m1 = bit_bytes4((signs >> 4) & 15u);
+  q[0] = static_cast<int32_t>(__vsub4(static_cast<uint32_t>(g) ^ m0, m0));  // (x ^ -1) + 1 = -x
+  q[1] = static_cast<int32_t>(__vsub4(static_cast<uint32_t>(g >> 32) ^ m1, m1));
+}
+
+// The 8 signs of a group from the 7 stored bits (quant::iq_signs8: the count of minus signs is even).
+__device__ __forceinline__ uint32_t iq_signs8(uint32_t seven) {
+  seven &= 127u;
+  return seven | (static_cast<uint32_t>(__popc(seven)) & 1u) << 7;
+}
+
+// IQ1: grid bytes g (-1, 0, 1) as 8 g + delta, delta -1 if minus else +1, into q[0], q[1].
+__device__ __forceinline__ void iq1_group(uint64_t g, bool minus, int32_t* q) {
+  const uint32_t delta = minus ? 0x01010101u : 0xffffffffu;  // subtracted: -1 or +1 a byte
+  q[0] = static_cast<int32_t>(__vsub4((static_cast<uint32_t>(g) << 3) & 0xf8f8f8f8u, delta));
+  q[1] = static_cast<int32_t>(__vsub4((static_cast<uint32_t>(g >> 32) << 3) & 0xf8f8f8f8u, delta));
+}
+
+__device__ __forceinline__ void iq_set_scales(Unit& u, float dd, int sc0, int sc1) {
+  u.d0 = __fmul_rn(dd, static_cast<float>(1 + 2 * sc0));
+  u.d1 = __fmul_rn(dd, static_cast<float>(1 + 2 * sc1));
+  u.m0 = u.m1 = 0.f;
+}
+
+template <>
+__device__ __forceinline__ void load_unit<kIQ2_XXS>(const uint8_t* row, int un, Unit& u) {
+  const uint8_t* b = row + static_cast<size_t>(un / 8) * sizeof(quant::BlockIQ2_XXS);
+  const int s = un % 8;
+  uint32_t w[2];  // 4 grid indices; 4 x 7 sign bits and the scale code
+  ld_words_a2(b + 2 + 8 * s, w);
+  const int sc = static_cast<int>(w[1] >> 28);
+  iq_set_scales(u, __fmul_rn(ld_half(b), quant::kIqDFactor<quant::BlockIQ2_XXS>), sc, sc);
+#pragma unroll
+  for (int l = 0; l < 4; ++l)
+    signed_group(__ldg(&kIqGrids.iq2xxs[(w[0] >> (8 * l)) & 0xffu]), iq_signs8(w[1] >> (7 * l)), &u.q[2 * l]);
+}
+
+template <>
+__device__ __forceinline__ void load_unit<kIQ2_XS>(const uint8_t* row, int un, Unit& u) {
+  const uint8_t* b = row + static_cast<size_t>(un / 8) * sizeof(quant::BlockIQ2_XS);
+  const int s = un % 8;
+  uint32_t w[2];  // 4 x (9-bit index | 7 sign bits << 9)
+  ld_words_a2(b + 2 + 8 * s, w);
+  const uint32_t sc = b[offsetof(quant::BlockIQ2_XS, scales) + s];
+  iq_set_scales(u, __fmul_rn(ld_half(b), quant::kIqDFactor<quant::BlockIQ2_XS>), static_cast<int>(sc & 15u),
+                static_cast<int>(sc >> 4));
+#pragma unroll
+  for (int l = 0; l < 4; ++l) {
+    const uint32_t v = (w[l / 2] >> (16 * (l % 2))) & 0xffffu;
+    signed_group(__ldg(&kIqGrids.iq2xs[v & 511u]), iq_signs8(v >> 9), &u.q[2 * l]);
+  }
+}
+
+template <>
+__device__ __forceinline__ void load_unit<kIQ2_S>(const uint8_t* row, int un, Unit& u) {
+  const uint8_t* b = row + static_cast<size_t>(un / 8) * sizeof(quant::BlockIQ2_S);
+  const int s = un % 8;
+  uint32_t idx[1], sg[1];  // 4 low index bytes; 4 sign bytes
+  ld_words_a2(b + 2 + 4 * s, idx);
+  ld_words_a2(b + 2 + quant::kQK_K / 8 + 4 * s, sg);
+  const uint32_t qh = b[offsetof(quant::BlockIQ2_S, qh) + s];
+  const uint32_t sc = b[offsetof(quant::BlockIQ2_S, scales) + s];
+  iq_set_scales(u, __fmul_rn(ld_half(b), quant::kIqDFactor<quant::BlockIQ2_S>), static_cast<int>(sc & 15u),
+                static_cast<int>(sc >> 4));
+#pragma unroll
+  for (int l = 0; l < 4; ++l) {
+    const uint32_t i = ((idx[0] >> (8 * l)) & 0xffu) | ((qh >> (2 * l)) & 3u) << 8;
+    signed_group(__ldg(&kIqGrids.iq2s[i]), (sg[0] >> (8 * l)) & 0xffu, &u.q[2 * l]);
+  }
+}
+
+template <>
+__device__ __forceinline__ void load_unit<kIQ3_XXS>(const uint8_t* row, int un, Unit& u) {
+  const uint8_t* b = row + static_cast<size_t>(un / 8) * sizeof(quant::BlockIQ3_XXS);
+  const int s = un % 8;
+  uint32_t idx[2], aux[1];  // 8 grid indices (4 elements each); 4 x 7 sign bits and the scale code
+  ld_words_a2(b + 2 + 8 * s, idx);
+  ld_words_a2(b + 2 + quant::kQK_K / 4 + 4 * s, aux);
+  const int sc = static_cast<int>(aux[0] >> 28);
+  iq_set_scales(u, __fmul_rn(ld_half(b), quant::kIqDFactor<quant::BlockIQ3_XXS>), sc, sc);
+#pragma unroll
+  for (int l = 0; l < 4; ++l) {
+    const uint32_t w = idx[l / 2] >> (16 * (l % 2));
+    const uint64_t g = __ldg(&kIqGrids.iq3xxs[w & 0xffu]) | uint64_t{__ldg(&kIqGrids.iq3xxs[(w >> 8) & 0xffu])} << 32;
+    signed_group(g, iq_signs8(aux[0] >> (7 * l)), &u.q[2 * l]);
+  }
+}
+
+template <>
+__device__ __forceinline__ void load_unit<kIQ3_S>(const uint8_t* row, int un, Unit& u) {
+  const uint8_t* b = row + static_cast<size_t>(un / 8) * sizeof(quant::BlockIQ3_S);
+  const int s = un % 8;
+  uint32_t idx[2], sg[1];  // 8 low index bytes (4 elements each); 4 sign bytes
+  ld_words_a2(b + 2 + 8 * s, idx);
+  ld_words_a2(b + offsetof(quant::BlockIQ3_S, signs) + 4 * s, sg);
+  const uint32_t qh = b[offsetof(quant::BlockIQ3_S, qh) + s];
+  const int sc = (b[offsetof(quant::BlockIQ3_S, scales) + s / 2] >> (4 * (s % 2))) & 15;
+  iq_set_scales(u, __fmul_rn(ld_half(b), quant::kIqDFactor<quant::BlockIQ3_S>), sc, sc);
+#pragma unroll
+  for (int l = 0; l < 4; ++l) {
+    const uint32_t w = idx[l / 2] >> (16 * (l % 2));
+    const uint32_t i0 = (w & 0xffu) | ((qh >> (2 * l)) & 1u) << 8;
+    const uint32_t i1 = ((w >> 8) & 0xffu) | ((qh >> (2 * l + 1)) & 1u) << 8;
+    const uint64_t g = __ldg(&kIqGrids.iq3s[i0]) | uint64_t{__ldg(&kIqGrids.iq3s[i1])} << 32;
+    signed_group(g, (sg[0] >> (8 * l)) & 0xffu, &u.q[2 * l]);
+  }
+}
+
+template <>
+__device__ __forceinline__ void load_unit<kIQ1_S>(const uint8_t* row, int un, Unit& u) {
+  const uint8_t* b = row + static_cast<size_t>(un / 8) * sizeof(quant::BlockIQ1_S);
+  const int s = un % 8;
+  uint32_t idx[1];
+  ld_words_a2(b + 2 + 4 * s, idx);
+  const uint32_t qh = *reinterpret_cast<const uint16_t*>(b + offsetof(quant::BlockIQ1_S, qh) + 2 * s);
+  const int sc = static_cast<int>((qh >> 12) & 7u);
+  iq_set_scales(u, __fmul_rn(ld_half(b), quant::kIqDFactor<quant::BlockIQ1_S>), sc, sc);
+#pragma unroll
+  for (int l = 0; l < 4; ++l)
+    iq1_group(__ldg(&kIqGrids.iq1s[((idx[0] >> (8 * l)) & 0xffu) | ((qh >> (3 * l)) & 7u) << 8]), (qh >> 15) != 0,
+              &u.q[2 * l]);
+}
+
+template <>
+__device__ __forceinline__ void load_unit<kIQ1_M>(const uint8_t* row, int un, Unit& u) {
+  const uint8_t* b = row + static_cast<size_t>(un / 8) * sizeof(quant::BlockIQ1_M);
+  const int s = un % 8;
+  uint32_t idx[1], sw[2];  // 4 low index bytes; the four scale words, two a word
+  ld_words_a2(b + 4 * s, idx);
+  ld_words_a2(b + offsetof(quant::BlockIQ1_M, scales), sw);
+  // d's 16 bits: the top nibbles of the scale words (quant::iq_d_bits)
+  const uint32_t d = ((sw[0] >> 12) & 0xfu) | ((sw[0] >> 24) & 0xf0u) | ((sw[1] >> 4) & 0xf00u) | ((sw[1] >> 16) & 0xf000u);
+  const uint32_t w = ((s < 4 ? sw[0] : sw[1]) >> (16 * ((s / 2) % 2))) >> (6 * (s % 2));
+  iq_set_scales(u, __fmul_rn(__half2float(__ushort_as_half(static_cast<unsigned short>(d))),
+                             quant::kIqDFactor<quant::BlockIQ1_M>),
+                static_cast<int>(w & 7u), static_cast<int>((w >> 3) & 7u));
+  const uint32_t qh = *reinterpret_cast<const uint16_t*>(b + offsetof(quant::BlockIQ1_M, qh) + 2 * s);
+#pragma unroll
+  for (int l = 0; l < 4; ++l) {
+    const uint32_t nib = (qh >> (4 * l)) & 0xfu;
+    iq1_group(__ldg(&kIqGrids.iq1s[((idx[0] >> (8 * l)) & 0xffu) | (nib & 7u) << 8]), (nib & 8u) != 0, &u.q[2 * l]);
+  }
+}
+
+// Whether a unit of type T has two scales (d0 != d1 in general): the halves' int8 sums are scaled
+// apart (mmq's two k16 products), else one d0 * (s0 + s1).
+template <int T>
+constexpr bool kUnitTwoScales =
+    T == kQ2_K || T == kQ3_K || T == kQ6_K || T == kIQ2_XS || T == kIQ2_S || T == kIQ1_M;
+
 // Element e (0..31) of a decoded unit as the reference computes it: d * q + m, rounded after
 // each operation (no fused multiply-add), so dequantized values equal the CPU's bit for bit.
 __device__ __forceinline__ float unit_value(const Unit& u, int e) {
@@ -320,6 +485,13 @@ __host__ bool dispatch_quant(int type, Fn&& fn) {
     case kQ5_K: fn(std::integral_constant<int, kQ5_K>{}); return true;
     case kQ6_K: fn(std::integral_constant<int, kQ6_K>{}); return true;
     case kIQ4_XS: fn(std::integral_constant<int, kIQ4_XS>{}); return true;
+    case kIQ2_XXS: fn(std::integral_constant<int, kIQ2_XXS>{}); return true;
+    case kIQ2_XS: fn(std::integral_constant<int, kIQ2_XS>{}); return true;
+    case kIQ2_S: fn(std::integral_constant<int, kIQ2_S>{}); return true;
+    case kIQ3_XXS: fn(std::integral_constant<int, kIQ3_XXS>{}); return true;
+    case kIQ3_S: fn(std::integral_constant<int, kIQ3_S>{}); return true;
+    case kIQ1_S: fn(std::integral_constant<int, kIQ1_S>{}); return true;
+    case kIQ1_M: fn(std::integral_constant<int, kIQ1_M>{}); return true;
     default: return false;
   }
 }

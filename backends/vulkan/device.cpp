@@ -10,6 +10,7 @@
 #include "backends/vulkan/shaders.h"
 #include "backends/vulkan/stream.h"
 #include "backends/vulkan/vulkan_backend.h"
+#include "formats/quant/iq_grids.h"
 
 namespace kite::vk {
 namespace {
@@ -308,6 +309,7 @@ Device::~Device() {
   if (device_ == VK_NULL_HANDLE) return;
   api_->vkDeviceWaitIdle(device_);
   staging_.reset();
+  codebooks_.reset();
   for (auto& [name, p] : pipelines_) api_->vkDestroyPipeline(device_, p, nullptr);
   if (fence_) api_->vkDestroyFence(device_, fence_, nullptr);
   if (pool_) api_->vkDestroyCommandPool(device_, pool_, nullptr);
@@ -497,6 +499,17 @@ Result<uint64_t> Device::mirror(const Tensor* root, MirrorHolds& holds) {
   };
   KITE_ASSIGN_OR_RETURN(const auto* mem, mirrors_.acquire(root->data, root->nbytes(), holds, upload));
   return (*mem)->address;
+}
+
+Result<uint64_t> Device::codebooks() {
+  std::lock_guard lock(mu_);
+  if (codebooks_ == nullptr) {
+    const quant::IqGrids& g = quant::iq_grids();
+    KITE_ASSIGN_OR_RETURN(auto mem, alloc(sizeof g, "the IQ codebooks"));
+    KITE_TRY(write(*mem, 0, &g, sizeof g));
+    codebooks_ = std::move(mem);
+  }
+  return codebooks_->address;
 }
 
 void Device::release_mirrors(MirrorHolds& holds) {

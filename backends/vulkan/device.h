@@ -88,6 +88,10 @@ class Device {
   bool has_mirror(const void* host, size_t bytes) const;
   size_t mirrored_bytes() const;
 
+  // The device address of the IQ codebooks (quant::IqGrids, formats/quant/iq_grids.h), uploaded
+  // on first use and kept while the device is open.
+  Result<uint64_t> codebooks();
+
   // Bytes between host and an allocation (synchronous; staged when not host-visible).
   Status write(const Allocation& dst, size_t offset, const void* src, size_t bytes);
   Status read(const Allocation& src, size_t offset, void* dst, size_t bytes);
@@ -144,6 +148,7 @@ class Device {
   VkCommandBuffer cb_ = VK_NULL_HANDLE;
   VkFence fence_ = VK_NULL_HANDLE;
   std::unique_ptr<Allocation> staging_;
+  std::unique_ptr<Allocation> codebooks_;
 
   friend struct Allocation;
 };

@@ -1,7 +1,8 @@
 // mul_mat and get_rows on the Vulkan device, for weights of every type kite computes with (F32,
-// F16, BF16, the legacy and K quants, IQ4_NL, IQ4_XS). The shaders decode weight blocks to f32
-// (shaders/dequant.glsl, the scalar reference's values bit for bit) and multiply in f32: no
-// int8 activation quantization, so results are as close to the CPU reference as f32 sums allow.
+// F16, BF16, the legacy and K quants, IQ4_NL, IQ4_XS and the codebook types IQ1_S..IQ3_S). The
+// shaders decode weight blocks to f32 (shaders/dequant.glsl, the scalar reference's values bit
+// for bit) and multiply in f32: no int8 activation quantization, so results are as close to the
+// CPU reference as f32 sums allow.
 //
 // mul_mat has two shapes, one for each kind of device (KITE_VULKAN_MATMUL=gpu or =cpu forces
 // one; otherwise Stream::is_gpu() decides):
@@ -25,6 +26,7 @@
 #include <string_view>
 
 #include "backends/vulkan/stream.h"
+#include "formats/quant/iq_grids.h"
 #include "formats/quant/types.h"
 
 namespace kite::vk {
@@ -60,7 +62,7 @@ struct TypeShaders {
   std::string_view tiled_a16 = {};
 };
 
-constexpr std::array<TypeShaders, 15> kShaders = {{
+constexpr std::array<TypeShaders, 22> kShaders = {{
     {DType::F32,
      "get_rows_f32",
      {"mul_mat_f32", "mul_mat1_f32"},
@@ -97,6 +99,13 @@ constexpr std::array<TypeShaders, 15> kShaders = {{
     {DType::Q6_K, "get_rows_q6_k", {"mul_mat_q6_k", "mul_mat1_q6_k"}, {"mmv_gpu_q6_k", "mmv_gpu1_q6_k"}, "mm_tiled_q6_k"},
     {DType::IQ4_NL, "get_rows_iq4_nl", {"mul_mat_iq4_nl", "mul_mat1_iq4_nl"}, {"mmv_gpu_iq4_nl", "mmv_gpu1_iq4_nl"}, "mm_tiled_iq4_nl"},
     {DType::IQ4_XS, "get_rows_iq4_xs", {"mul_mat_iq4_xs", "mul_mat1_iq4_xs"}, {"mmv_gpu_iq4_xs", "mmv_gpu1_iq4_xs"}, "mm_tiled_iq4_xs"},
+    {DType::IQ2_XXS, "get_rows_iq2_xxs", {"mul_mat_iq2_xxs", "mul_mat1_iq2_xxs"}, {"mmv_gpu_iq2_xxs", "mmv_gpu1_iq2_xxs"}, "mm_tiled_iq2_xxs"},
+    {DType::IQ2_XS, "get_rows_iq2_xs", {"mul_mat_iq2_xs", "mul_mat1_iq2_xs"}, {"mmv_gpu_iq2_xs", "mmv_gpu1_iq2_xs"}, "mm_tiled_iq2_xs"},
+    {DType::IQ2_S, "get_rows_iq2_s", {"mul_mat_iq2_s", "mul_mat1_iq2_s"}, {"mmv_gpu_iq2_s", "mmv_gpu1_iq2_s"}, "mm_tiled_iq2_s"},
+    {DType::IQ3_XXS, "get_rows_iq3_xxs", {"mul_mat_iq3_xxs", "mul_mat1_iq3_xxs"}, {"mmv_gpu_iq3_xxs", "mmv_gpu1_iq3_xxs"}, "mm_tiled_iq3_xxs"},
+    {DType::IQ3_S, "get_rows_iq3_s", {"mul_mat_iq3_s", "mul_mat1_iq3_s"}, {"mmv_gpu_iq3_s", "mmv_gpu1_iq3_s"}, "mm_tiled_iq3_s"},
+    {DType::IQ1_S, "get_rows_iq1_s", {"mul_mat_iq1_s", "mul_mat1_iq1_s"}, {"mmv_gpu_iq1_s", "mmv_gpu1_iq1_s"}, "mm_tiled_iq1_s"},
+    {DType::IQ1_M, "get_rows_iq1_m", {"mul_mat_iq1_m", "mul_mat1_iq1_m"}, {"mmv_gpu_iq1_m", "mmv_gpu1_iq1_m"}, "mm_tiled_iq1_m"},
 }};
 
 const TypeShaders* shaders_for(DType t) {
@@ -116,9 +125,11 @@ struct MulMatPush {
   uint32_t m;
   uint32_t n;
   uint32_t row_tiles;  // ceil(m / rows per workgroup): kMulMatRows, kGpuRows or kTiledRows
+  uint64_t codebooks;  // the IQ codebooks (codebook types only)
 };
 static_assert(offsetof(MulMatPush, x) == 16 && offsetof(MulMatPush, w_nb1) == 48 &&
-              offsetof(MulMatPush, row_tiles) == 68 && sizeof(MulMatPush) == 72);
+              offsetof(MulMatPush, row_tiles) == 68 && offsetof(MulMatPush, codebooks) == 72 &&
+              sizeof(MulMatPush) == 80);
 
 // The layout of P in shaders/mul_mat_pack_x.comp (its 52 bytes, padded to 56).
 struct PackXPush {
@@ -142,8 +153,21 @@ struct GetRowsPush {
   uint32_t table_rows;
   uint32_t n;
   uint32_t unused = 0;
+  uint64_t codebooks;  // the IQ codebooks (codebook types only)
 };
-static_assert(offsetof(GetRowsPush, table_nb1) == 24 && offsetof(GetRowsPush, n) == 40 && sizeof(GetRowsPush) == 48);
+static_assert(offsetof(GetRowsPush, table_nb1) == 24 && offsetof(GetRowsPush, n) == 40 &&
+              offsetof(GetRowsPush, codebooks) == 48 && sizeof(GetRowsPush) == 56);
+
+// The codebooks' layout as shaders/dequant.glsl reads it (kIq*Offset there).
+static_assert(offsetof(quant::IqGrids, iq2xxs) == 0 && offsetof(quant::IqGrids, iq2xs) == 2048 &&
+              offsetof(quant::IqGrids, iq2s) == 6144 && offsetof(quant::IqGrids, iq3xxs) == 14336 &&
+              offsetof(quant::IqGrids, iq3s) == 15360 && offsetof(quant::IqGrids, iq1s) == 17408);
+
+// The codebooks' device address for a table of type t (0 for the types without a codebook).
+Result<uint64_t> codebooks_for(Stream& s, DType t) {
+  if (!quant::is_codebook_type(t)) return uint64_t{0};
+  return s.codebooks();
+}
 
 constexpr uint64_t kMax32 = std::numeric_limits<uint32_t>::max();
 constexpr uint64_t kMaxI32 = std::numeric_limits<int32_t>::max();
@@ -232,6 +256,7 @@ Status mul_mat_product(Stream& s, Tensor* n) {
   p.m = static_cast<uint32_t>(m);
   p.n = static_cast<uint32_t>(cols);
   p.row_tiles = static_cast<uint32_t>(ceil_div(m, kMulMatRows));
+  KITE_ASSIGN_OR_RETURN(p.codebooks, codebooks_for(s, w->type));
   // The shader reads activations as 16-byte vectors, whole chunks of 8: rows that do not allow
   // it are copied to aligned, zero-padded scratch first.
   const bool in_place =
@@ -286,6 +311,7 @@ Status get_rows(Stream& s, Tensor* n) {
   p.ne0 = static_cast<uint32_t>(t->ne[0]);
   p.table_rows = static_cast<uint32_t>(t->ne[1]);
   p.n = static_cast<uint32_t>(rows);
+  KITE_ASSIGN_OR_RETURN(p.codebooks, codebooks_for(s, t->type));
   const uint64_t chunks = rows * ceil_div(p.ne0, kChunk);
   return s.dispatch(shaders_for(t->type)->get_rows, p, ceil_div(chunks, kGetRowsGroup));
 }

@@ -32,6 +32,8 @@ class Stream {
   // use; grows, never shrinks, and its address may change when it grows). Op code keeps no
   // scratch of its own: every backend (context) has its own.
   virtual Result<uint64_t> scratch(std::string_view slot, size_t bytes) = 0;
+  // The device address of the IQ codebooks (quant::IqGrids), for the codebook types' shaders.
+  virtual Result<uint64_t> codebooks() = 0;
   // Records shader `name` over `groups` workgroups with the given push constants. The groups are
   // laid out as a 2-D grid (x at most 65535, y as needed): shaders take their flat index from
   // group_index() (shaders/common.glsl) and must ignore indices >= the count they were given

@@ -178,6 +178,8 @@ class VulkanBackend final : public Backend, public Stream {
     return base + static_cast<uint64_t>(static_cast<const uint8_t*>(t->data) - static_cast<const uint8_t*>(root->data));
   }
 
+  Result<uint64_t> codebooks() override { return dev_->codebooks(); }
+
   Status dispatch(std::string_view shader, const void* push, size_t push_bytes, uint64_t groups) override {
     if (push_bytes > kMaxPush) return make_error("vulkan: ", shader, ": ", push_bytes, " bytes of push constants");
     if (groups == 0) return ok_status();

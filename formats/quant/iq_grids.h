@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "formats/quant/blocks.h"
+#include "formats/quant/types.h"
 
 namespace kite::quant {
 
@@ -24,8 +25,11 @@ struct IqGrids {
   uint64_t sign_mask7[128];
 };
 
-// Built once, on first use (thread-safe).
+// Expanded at compile time (iq_codebooks.h).
 const IqGrids& iq_grids();
+
+// The types whose values are points of these codebooks (IQ1_S..IQ3_S).
+bool is_codebook_type(Type t);
 
 // IQ2_XXS/IQ2_XS/IQ3_XXS store 7 sign bits a group of 8: the 8th makes the count of minus signs
 // even. The group's 8 sign bits from the stored 7.

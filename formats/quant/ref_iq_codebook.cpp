@@ -187,8 +187,12 @@ bool with_codebook_block(Type t, Fn&& fn) {
   }
 }
 
-bool can_randomize(Type t) {
+bool is_codebook_type(Type t) {
   return with_codebook_block(t, [](auto) {});
+}
+
+bool can_randomize(Type t) {
+  return is_codebook_type(t);
 }
 
 Status random_blocks(Type t, void* dst, int64_t n, uint64_t seed, float rms) {

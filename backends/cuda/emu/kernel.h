@@ -124,6 +124,14 @@ inline unsigned __vsub4(unsigned a, unsigned b) {
 inline int __vsub4(int a, int b) {
   return static_cast<int>(__vsub4(static_cast<unsigned>(a), static_cast<unsigned>(b)));
 }
+// Per byte 0xff where a's byte differs from b's, else 0.
+inline unsigned __vcmpne4(unsigned a, unsigned b) {
+  using kite::cuda::emu::byte_u;
+  unsigned r = 0;
+  for (int i = 0; i < 4; ++i) r |= (byte_u(a, i) != byte_u(b, i) ? 0xffu : 0u) << (8 * i);
+  return r;
+}
+inline int __popc(unsigned x) { return std::popcount(x); }
 // The low word of {hi:lo} shifted right by shift & 31.
 inline unsigned __funnelshift_r(unsigned lo, unsigned hi, unsigned shift) {
   return static_cast<unsigned>(((static_cast<uint64_t>(hi) << 32) | lo) >> (shift & 31));

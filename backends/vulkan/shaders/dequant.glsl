@@ -1,7 +1,9 @@
 // kite/backends/vulkan/shaders/dequant.glsl — decoding of a weight row of one element type, in
 // chunks of 8 elements. Include after common.glsl, with exactly one of W_F32, W_F16, W_BF16,
 // W_Q4_0, W_Q4_1, W_Q5_0, W_Q5_1, W_Q8_0, W_Q2_K, W_Q3_K, W_Q4_K, W_Q5_K, W_Q6_K, W_IQ4_NL,
-// W_IQ4_XS defined.
+// W_IQ4_XS, W_IQ2_XXS, W_IQ2_XS, W_IQ2_S, W_IQ3_XXS, W_IQ3_S, W_IQ1_S, W_IQ1_M defined (the last
+// seven, the codebook types, read their codebooks at codebooks_address(), which the including
+// shader defines from its push constants).
 //
 // A chunk is two runs of 4 consecutive elements (e0..e0+3 and e1..e1+3 of the row), chosen per
 // type so that its codes sit in the same bytes (e.g. the low and high nibbles of 4 bytes of a
@@ -29,11 +31,16 @@ uint byte_of(uint v, uint i) { return (v >> (8 * i)) & 0xffu; }
 // Byte i of v as a signed int8.
 int sbyte_of(uint v, uint i) { return int(v << (24 - 8 * i)) >> 24; }
 
+#if defined(W_IQ2_XXS) || defined(W_IQ2_XS) || defined(W_IQ2_S) || defined(W_IQ3_XXS) || defined(W_IQ3_S) || \
+    defined(W_IQ1_S) || defined(W_IQ1_M)
+#define W_IQ_CODEBOOK 1
+#endif
+
 #if defined(W_F32) || defined(W_F16) || defined(W_BF16)
 #define W_FLOAT 1
 const uint QK = 1;
 #elif defined(W_Q2_K) || defined(W_Q3_K) || defined(W_Q4_K) || defined(W_Q5_K) || defined(W_Q6_K) || \
-    defined(W_IQ4_XS)
+    defined(W_IQ4_XS) || defined(W_IQ_CODEBOOK)
 const uint QK = 256;
 #else
 const uint QK = 32;
@@ -61,6 +68,20 @@ const uint BLOCK_BYTES = 176;
 const uint BLOCK_BYTES = 210;
 #elif defined(W_IQ4_XS)
 const uint BLOCK_BYTES = 136;
+#elif defined(W_IQ2_XXS)
+const uint BLOCK_BYTES = 66;
+#elif defined(W_IQ2_XS)
+const uint BLOCK_BYTES = 74;
+#elif defined(W_IQ2_S)
+const uint BLOCK_BYTES = 82;
+#elif defined(W_IQ3_XXS)
+const uint BLOCK_BYTES = 98;
+#elif defined(W_IQ3_S)
+const uint BLOCK_BYTES = 110;
+#elif defined(W_IQ1_S)
+const uint BLOCK_BYTES = 50;
+#elif defined(W_IQ1_M)
+const uint BLOCK_BYTES = 56;
 #elif defined(W_F32)
 const uint BLOCK_BYTES = 4;
 #elif defined(W_F16) || defined(W_BF16)
@@ -82,6 +103,36 @@ const float kIq4[16] = float[](-127.0, -104.0, -83.0, -65.0, -49.0, -35.0, -22.0
                                53.0, 69.0, 89.0, 113.0);
 #endif
 
+#if defined(W_IQ_CODEBOOK)
+// The codebook types (blocks.h, formats/quant/iq_grids.h): a chunk is one group of 8 elements (a
+// codebook point, IQ3: two), a sub-block of 32 has one scale per 16 elements, and element j is
+// (D * (1 + 2 sc)) * q with D = d * kIqDFactor and q = grid value * sign (IQ1: 8 g + 8 delta),
+// the reference's order of operations. The codebooks are quant::IqGrids in device memory
+// (Stream::codebooks); these are its members' byte offsets (checked in ops_matmul.cpp).
+uint64_t codebooks_address();  // (defined by the including shader)
+const uint kIq2xxsOffset = 0, kIq2xsOffset = 2048, kIq2sOffset = 6144, kIq3xxsOffset = 14336, kIq3sOffset = 15360,
+           kIq1sOffset = 17408;
+#if defined(W_IQ2_XXS) || defined(W_IQ2_XS) || defined(W_IQ2_S) || defined(W_IQ1_S) || defined(W_IQ1_M)
+const float kIqDFactor = 0.125;
+#elif defined(W_IQ3_XXS)
+const float kIqDFactor = 0.25;
+#else
+const float kIqDFactor = 1.0;
+#endif
+// Entry i of the 8-byte codebook at `offset`: bytes 0..3, 4..7.
+uvec2 grid8(uint offset, uint i) {
+  U32s p = U32s(codebooks_address() + offset + 8 * i);
+  return uvec2(p.v[0], p.v[1]);
+}
+// Entry i of the 4-byte codebook at `offset`.
+uint grid4(uint offset, uint i) { return U32s(codebooks_address() + offset + 4 * i).v[0]; }
+// The 8 signs of a group from its 7 stored bits (the count of minus signs is even).
+uint iq_signs8(uint seven) {
+  seven &= 127u;
+  return seven | ((uint(bitCount(seven)) & 1u) << 7);
+}
+#endif
+
 uint chunk_count(uint n) { return (n + 7) / 8; }
 
 // Where chunk ch's two runs start in the row.
@@ -93,7 +144,7 @@ void chunk_elems(uint ch, out uint e0, out uint e1) {
   // Nibble types: bytes 4c..4c+3 of the block, low nibbles elements 4c.., high 16+4c..
   e0 = 32 * (ch / 4) + 4 * (ch % 4);
   e1 = e0 + 16;
-#elif defined(W_Q8_0)
+#elif defined(W_Q8_0) || defined(W_IQ_CODEBOOK)
   e0 = 8 * ch;
   e1 = e0 + 4;
 #elif defined(W_Q2_K) || defined(W_Q3_K)
@@ -159,7 +210,7 @@ void q4_k_scale_min(uint64_t sc, uint j, out uint s, out uint m) {
 #if defined(W_FLOAT)
 const uint GROUP = 1;
 #elif defined(W_Q4_0) || defined(W_Q4_1) || defined(W_Q5_0) || defined(W_Q5_1) || defined(W_Q8_0) || \
-    defined(W_IQ4_NL) || defined(W_IQ4_XS)
+    defined(W_IQ4_NL) || defined(W_IQ4_XS) || defined(W_IQ_CODEBOOK)
 const uint GROUP = 4;
 #else
 const uint GROUP = 8;
@@ -241,6 +292,50 @@ void group_scales(uint64_t row, uint grp, out Scales s) {
   const uint ls = ((ld_u8(b + 4 + sb / 2) >> (4 * (sb % 2))) & 0xfu) | (((ld_u16(b + 2) >> (2 * sb)) & 3u) << 4);
   precise float dl = d * float(int(ls) - 32);
   s.d.x = dl;
+#elif defined(W_IQ_CODEBOOK)
+  // Sub-block sb: d.x scales its chunks 0, 1 (elements 0..15), d.y chunks 2, 3; aux holds what
+  // its chunks share (IQ2_XXS/IQ3_XXS: the sign and scale word; IQ2_S/IQ3_S: the high index
+  // bits; IQ1_S/IQ1_M: the 16-bit qh word).
+  const uint sb = (ch % 32) / 4;
+  uint sc0, sc1;
+#if defined(W_IQ1_M)
+  uint dbits = 0;
+  for (uint i = 0; i < 4; ++i) dbits |= (ld_u16(b + 48 + 2 * i) >> 12) << (4 * i);
+  const float d = f16_to_f32(dbits);
+  const uint sw = ld_u16(b + 48 + 2 * (sb / 2)) >> (6 * (sb % 2));
+  sc0 = sw & 7u;
+  sc1 = (sw >> 3) & 7u;
+  s.aux = ld_u16(b + 32 + 2 * sb);
+#else
+  const float d = ld_f16(b);
+#if defined(W_IQ2_XXS)
+  s.aux = ld_u32(b + 2 + 8 * sb + 4);
+  sc0 = sc1 = s.aux >> 28;
+#elif defined(W_IQ3_XXS)
+  s.aux = ld_u32(b + 2 + 64 + 4 * sb);
+  sc0 = sc1 = s.aux >> 28;
+#elif defined(W_IQ2_XS)
+  const uint sc = ld_u8(b + 66 + sb);
+  sc0 = sc & 15u;
+  sc1 = sc >> 4;
+#elif defined(W_IQ2_S)
+  const uint sc = ld_u8(b + 74 + sb);
+  sc0 = sc & 15u;
+  sc1 = sc >> 4;
+  s.aux = ld_u8(b + 66 + sb);
+#elif defined(W_IQ3_S)
+  sc0 = sc1 = (ld_u8(b + 106 + sb / 2) >> (4 * (sb % 2))) & 15u;
+  s.aux = ld_u8(b + 66 + sb);
+#elif defined(W_IQ1_S)
+  s.aux = ld_u16(b + 34 + 2 * sb);
+  sc0 = sc1 = (s.aux >> 12) & 7u;
+#endif
+#endif
+  precise float dd = d * kIqDFactor;
+  precise float dl0 = dd * float(1 + 2 * sc0);
+  precise float dl1 = dd * float(1 + 2 * sc1);
+  s.d.x = dl0;
+  s.d.y = dl1;
 #endif
 #endif
 }
@@ -417,6 +512,54 @@ void decode_in_group(uint64_t row, uint ch, uint n, Scales s, out float w[8]) {
     w[t] = v0;
     w[4 + t] = v1;
   }
+#elif defined(W_IQ_CODEBOOK)
+  const uint sb = (ch % 32) / 4, l = ch % 4;  // group l of sub-block sb
+  const float dl = l < 2 ? s.d.x : s.d.y;
+  uvec2 g;  // the group's 8 grid bytes
+#if defined(W_IQ1_S) || defined(W_IQ1_M)
+#if defined(W_IQ1_S)
+  const uint hi = (s.aux >> (3 * l)) & 7u;
+  const bool minus = (s.aux >> 15) != 0;
+  g = grid8(kIq1sOffset, ld_u8(b + 2 + 4 * sb + l) | (hi << 8));
+#else
+  const uint nib = (s.aux >> (4 * l)) & 15u;
+  const bool minus = (nib & 8u) != 0;
+  g = grid8(kIq1sOffset, ld_u8(b + 4 * sb + l) | ((nib & 7u) << 8));
+#endif
+  for (uint t = 0; t < 4; ++t) {
+    precise float v0 = dl * float(8 * sbyte_of(g.x, t) + (minus ? -1 : 1));
+    precise float v1 = dl * float(8 * sbyte_of(g.y, t) + (minus ? -1 : 1));
+    w[t] = v0;
+    w[4 + t] = v1;
+  }
+#else
+  uint signs;
+#if defined(W_IQ2_XXS)
+  g = grid8(kIq2xxsOffset, ld_u8(b + 2 + 8 * sb + l));
+  signs = iq_signs8(s.aux >> (7 * l));
+#elif defined(W_IQ2_XS)
+  const uint v = ld_u16(b + 2 + 8 * sb + 2 * l);
+  g = grid8(kIq2xsOffset, v & 511u);
+  signs = iq_signs8(v >> 9);
+#elif defined(W_IQ2_S)
+  g = grid8(kIq2sOffset, ld_u8(b + 2 + 4 * sb + l) | (((s.aux >> (2 * l)) & 3u) << 8));
+  signs = ld_u8(b + 34 + 4 * sb + l);
+#elif defined(W_IQ3_XXS)
+  g = uvec2(grid4(kIq3xxsOffset, ld_u8(b + 2 + 8 * sb + 2 * l)), grid4(kIq3xxsOffset, ld_u8(b + 3 + 8 * sb + 2 * l)));
+  signs = iq_signs8(s.aux >> (7 * l));
+#elif defined(W_IQ3_S)
+  g = uvec2(grid4(kIq3sOffset, ld_u8(b + 2 + 8 * sb + 2 * l) | (((s.aux >> (2 * l)) & 1u) << 8)),
+            grid4(kIq3sOffset, ld_u8(b + 3 + 8 * sb + 2 * l) | (((s.aux >> (2 * l + 1)) & 1u) << 8)));
+  signs = ld_u8(b + 74 + 4 * sb + l);
+#endif
+  for (uint t = 0; t < 4; ++t) {
+    const int q0 = int(byte_of(g.x, t)), q1 = int(byte_of(g.y, t));
+    precise float v0 = dl * float(((signs >> t) & 1u) != 0 ? -q0 : q0);
+    precise float v1 = dl * float(((signs >> (4 + t)) & 1u) != 0 ? -q1 : q1);
+    w[t] = v0;
+    w[4 + t] = v1;
+  }
+#endif
 #endif
 #endif
 }

@@ -16,7 +16,11 @@ layout(push_constant, scalar) uniform P {
   uint ne0;
   uint table_rows;
   uint n;
+  uint unused;
+  uint64_t codebooks;  // the IQ codebooks (codebook types only)
 } pc;
+
+uint64_t codebooks_address() { return pc.codebooks; }  // (declared in dequant.glsl)
 
 void main() {
   const uint nch = chunk_count(pc.ne0);

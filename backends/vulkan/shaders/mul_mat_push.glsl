@@ -11,6 +11,9 @@ layout(push_constant, scalar) uniform P {
   uint m;          // weight rows
   uint n;          // activation columns
   uint row_tiles;  // ceil(m / the weight rows one workgroup computes)
+  uint64_t codebooks;  // the IQ codebooks (codebook types only)
 } pc;
+
+uint64_t codebooks_address() { return pc.codebooks; }  // (declared in dequant.glsl)
 
 layout(buffer_reference, scalar, buffer_reference_align = 16) buffer Vec4s { vec4 v[]; };

@@ -1,0 +1,7 @@
+// get_rows for IQ1_S weights: get_rows.glsl with dequant.glsl's IQ1_S decoding.
+#version 460
+#extension GL_GOOGLE_include_directive : require
+#define W_IQ1_S 1
+#include "common.glsl"
+#include "dequant.glsl"
+#include "get_rows.glsl"

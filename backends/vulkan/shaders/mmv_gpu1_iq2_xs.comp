@@ -1,0 +1,9 @@
+// mmv_gpu.glsl (GPU-shaped mul_mat) for IQ2_XS weights, one activation column (decode).
+#version 460
+#extension GL_GOOGLE_include_directive : require
+#extension GL_EXT_control_flow_attributes : require
+#define MMV_NC 1
+#define W_IQ2_XS 1
+#include "common.glsl"
+#include "dequant.glsl"
+#include "mmv_gpu.glsl"

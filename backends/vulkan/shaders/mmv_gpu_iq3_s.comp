@@ -1,0 +1,8 @@
+// mmv_gpu.glsl (GPU-shaped mul_mat) for IQ3_S weights, up to 8 activation columns per workgroup.
+#version 460
+#extension GL_GOOGLE_include_directive : require
+#extension GL_EXT_control_flow_attributes : require
+#define W_IQ3_S 1
+#include "common.glsl"
+#include "dequant.glsl"
+#include "mmv_gpu.glsl"
