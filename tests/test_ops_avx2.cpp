@@ -173,6 +173,16 @@ TEST_CASE("ops avx2: the level has tiles and gemm8 exactly for the types within 
     CHECK((mk.tile_s8_pack[id] != nullptr) == s8);
     CHECK((cpu::tile_kernels(&mk, t).kind == cpu::TileKernels::k32Signed) == s8);
   }
+  // The codebook types are all tiled; those past tile16_dot's chain bound (IQ2/IQ3, codes up to
+  // +-62) on tile16b_dot, which widens every maddubs.
+  for (DType t : kIqTypes) {
+    const auto id = static_cast<size_t>(t);
+    INFO(quant::find_traits(t)->name);
+    const bool big = t != DType::IQ1_S && t != DType::IQ1_M;
+    CHECK((mk.tile16_pack[id] != nullptr));
+    CHECK(mk.tile16_big[id] == big);
+    CHECK((cpu::tile_kernels(&mk, t).dot == (big ? mk.tile16b_dot : mk.tile16_dot)));
+  }
   for (int na = 1; na <= cpu::kMaxNa; ++na) CHECK((mk.tile_s8_dot[na - 1] != nullptr));
   for (int na = 1; na <= cpu::kMaxNa; ++na) CHECK((mk.tile_dot[na - 1] != nullptr && mk.tile16_dot[na - 1] != nullptr));
   // 8-row tile products spill at 16 registers; the 4-row ones serve (ops_matmul takes them).

@@ -100,6 +100,10 @@ struct MatmulKernels {
   // d_lo[8], d_hi[8], cw_lo[8], cw_hi[8].
   void (*tile16_pack[kTypeSlots])(const uint8_t* const* rows, int nrows, int64_t k, uint8_t* tile) = {};
   void (*tile16_dot[kMaxNa])(int64_t k, const uint8_t* tile, const uint8_t* act, size_t act_stride, float* out) = {};
+  // tile16_dot for the types marked in tile16_big (AVX2 level: the IQ2/IQ3 codebook types, codes
+  // up to +-62, past tile16_dot's bound without VNNI): each maddubs widened at once.
+  void (*tile16b_dot[kMaxNa])(int64_t k, const uint8_t* tile, const uint8_t* act, size_t act_stride, float* out) = {};
+  bool tile16_big[kTypeSlots] = {};
   // The same with a min per 16 elements (Q2_K: weight = d * w - m): tile16 layout plus float
   // mm_lo[8], mm_hi[8] (-m), cw then also holding -(128 * 16) * mm, as the min meets the
   // activations' sum: out += mm * sum(y + 128) per 16 elements.

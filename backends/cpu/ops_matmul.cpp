@@ -388,6 +388,9 @@ TileKernels tile_kernels(const MatmulKernels* mk, DType t) {
     tk = {TileKernels::k32, mk->tile_pack[id], mk->tile_dot, mk->tile_dot8, kTileBlockBytes};
   else if (mk->tile_s8_pack[id] != nullptr && mk->tile_s8_dot[0] != nullptr)
     tk = {TileKernels::k32Signed, mk->tile_s8_pack[id], mk->tile_s8_dot, nullptr, kTileBlockBytes};
+  else if (mk->tile16_pack[id] != nullptr && mk->tile16_big[id])
+    tk = {mk->tile16b_dot[0] != nullptr ? TileKernels::k16 : TileKernels::kNone, mk->tile16_pack[id], mk->tile16b_dot,
+          nullptr, kTile16BlockBytes};
   else if (mk->tile16_pack[id] != nullptr && mk->tile16_dot[0] != nullptr)
     tk = {TileKernels::k16, mk->tile16_pack[id], mk->tile16_dot, mk->tile16_dot8, kTile16BlockBytes};
   else if (mk->tile16m_pack[id] != nullptr && mk->tile16m_dot[0] != nullptr)
