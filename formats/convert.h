@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,13 @@ struct ConvertOptions {
   // 16-bit 1-D tensors (norms, biases) become F32 (convert_hf_to_gguf's convention); quantize
   // leaves unquantized tensors as they are.
   bool small_tensors_f32 = false;
+  // Every quantizable tensor in the mix's default type, without its per-tensor rules (llama-quantize
+  // --pure); a plain type name is pure already.
+  bool pure = false;
+  // llama-quantize's per-tensor overrides (quant::PlanOptions has the rules).
+  std::optional<quant::Type> token_embedding_type;
+  std::optional<quant::Type> output_tensor_type;
+  std::vector<std::pair<std::string, quant::Type>> tensor_types;  // PATTERN, TYPE (first match wins)
   // Write tensors in llama-quantize's order (tensors outside blocks first, then block by block,
   // by name within each); when false, the source's order (convert_hf_to_gguf keeps it). The
   // per-layer rules of the mixes count layers in this order, as llama.cpp does.
@@ -39,7 +47,9 @@ struct ConvertOptions {
   // Per-column importance by tensor name (an importance matrix, see src/runtime/imatrix.h:
   // mean squared activation of each input column). Tensors found here are quantized minimizing
   // the importance-weighted error (quant::quantize_rows_importance) when their type uses weights;
-  // a length different from the tensor's row length is an error. Not owned; may be null.
+  // a length different from the tensor's row length is an error. The 1-3 bit codebook types (all
+  // but IQ3_S) and a Q2_K_S mix's Q2_K need it: a tensor of those types (but the token embedding
+  // and output) without an entry is an error, as in llama.cpp. Not owned; may be null.
   const std::map<std::string, std::vector<float>>* importance = nullptr;
   // Called after each tensor with bytes of source data processed so far and in total.
   std::function<void(uint64_t done, uint64_t total)> progress;

@@ -10,14 +10,17 @@
 //     (Q8_0 when its rows are not whole 256-blocks; unchanged for Q8_0);
 //   - attn_v / ffn_down / attn_output get more bits in the K mixes (per layer for the _M mixes);
 //   - a K/IQ type on rows that are not a multiple of 256 falls back to Q5_0 (from Q4_K), Q5_1
-//     (Q5_K), Q8_0 (Q6_K) or IQ4_NL (Q2_K, Q3_K, IQ4_XS), F16 if even that does not fit.
+//     (Q5_K), Q8_0 (Q6_K), Q4_0 (Q2_K, Q3_K) or IQ4_NL (IQ4_XS and the IQ1..IQ3 types), F16 if
+//     even that does not fit.
 // A plain type name ("q4_K", "q8_0", "f16", ...) that is not a mix name quantizes every
 // quantizable tensor to that type (llama.cpp's --pure), with the same row-length fallbacks.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "formats/gguf.h"
@@ -42,7 +45,23 @@ struct PlanOptions {
   // Tensors left unquantized become F32 when they are 16-bit floats (convert_hf_to_gguf's
   // convention for 1-D tensors); when false they keep their type (llama-quantize's).
   bool small_tensors_f32 = false;
+  // Every quantizable tensor in the mix's default type (llama-quantize --pure).
+  bool pure = false;
+  // An importance matrix will weight the quantizers: some rules (IQ3_XXS, IQ4_NL/IQ4_XS, Q4_0,
+  // Q5_0) choose differently with one, as llama.cpp's do.
+  bool has_imatrix = false;
+  // llama-quantize's overrides, applied before the mix's rules and in their place (the row-length
+  // fallbacks still apply): --token-embedding-type, --output-tensor-type (also the token embedding
+  // of a model that ties it to the output, unless token_embedding_type is set) and --tensor-type
+  // PATTERN=TYPE, the first pattern found in a quantizable tensor's name (ECMAScript regex
+  // search) giving its type.
+  std::optional<Type> token_embedding_type;
+  std::optional<Type> output_tensor_type;
+  std::vector<std::pair<std::string, Type>> tensor_types;
 };
+
+// "PATTERN=TYPE" (--tensor-type) as a pattern and a type kite can produce; errors name the problem.
+Result<std::pair<std::string, Type>> parse_tensor_type(std::string_view arg);
 
 struct PlanEntry {
   Type type;

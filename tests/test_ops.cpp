@@ -233,7 +233,7 @@ TEST_CASE("ops: mul_mat batched decode 2..70 rows, wgemm on and off") {
   CHECK(cpu::wgemm_min_rows() == -1);
 }
 
-// The codebook types (random blocks: kite has no quantizer for them) on every path: the per-row
+// The codebook types (random blocks, so that every codebook entry occurs) on every path: the per-row
 // dots (1-31 rows), the 16-element-scale tiles (32 rows and more: at the VNNI levels, and for
 // IQ1_S/IQ1_M at AVX2), wgemm and the wide tiles (AVX-512: 9-64 rows, past 64).
 TEST_CASE("ops: mul_mat and get_rows of the IQ codebook types, every level and path") {

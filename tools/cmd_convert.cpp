@@ -1,6 +1,7 @@
 // kite convert HF_DIR -o OUT.gguf [--type TYPE] [-t N] [--allow-requantize] [-v]
 //   A Hugging Face folder (safetensors, sharded too) -> GGUF in llama.cpp's conventions.
-// kite quantize IN.gguf OUT.gguf TYPE [--imatrix FILE] [--allow-requantize] [-t N] [-v]
+// kite quantize IN.gguf OUT.gguf TYPE [--imatrix FILE] [--pure] [--token-embedding-type T]
+//   [--output-tensor-type T] [--tensor-type PATTERN=T ...] [--allow-requantize] [-t N] [-v]
 //   Every tensor type kite can produce, plus llama.cpp's mixes (Q4_K_M, ...), per tensor as
 //   llama-quantize assigns them; --imatrix weights the quantizers' error by an importance matrix
 //   (kite imatrix, or llama-imatrix's file).
@@ -9,7 +10,6 @@
 // Both are formats/convert.h's convert_model(); they differ in their arguments and in the
 // tensor order quantize keeps (llama-quantize's, which the mixes' per-layer rules follow).
 #include <algorithm>
-#include <cctype>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -17,6 +17,7 @@
 #include <memory>
 #include <sstream>
 #include <string>
+#include <tuple>
 
 #include "formats/convert.h"
 #include "formats/weight_source.h"
@@ -35,6 +36,10 @@ struct ConvertArgs {
   int threads = 0;
   bool allow_requantize = false;
   bool verbose = false;
+  bool pure = false;
+  std::string token_embedding_type;
+  std::string output_tensor_type;
+  std::vector<std::string> tensor_types;
   std::string imatrix;
   // --sensitivity
   bool sensitivity = false;
@@ -127,15 +132,6 @@ int run_convert(const char* cmd, const ConvertArgs& a, bool quantize) {
     return kExitUsage;
   }
   if (quant::find_mix(a.type) == nullptr) {
-    // llama.cpp's IQ1/IQ2/IQ3 types and mixes (IQ2_M, IQ3_XS, ...): kite runs them, it cannot make them.
-    std::string upper = a.type;
-    for (char& ch : upper) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
-    if (upper.rfind("IQ1_", 0) == 0 || upper.rfind("IQ2_", 0) == 0 || upper.rfind("IQ3_", 0) == 0) {
-      std::cerr << "kite " << cmd << ": cannot quantize to " << a.type
-                << ": kite runs files that llama-quantize wrote in the IQ1/IQ2/IQ3 codebook types, but has no "
-                   "quantizer for them (IQ4_NL and IQ4_XS it has)\n";
-      return kExitUsage;
-    }
     std::string known;
     for (const auto& n : quant::known_mix_names()) known += (known.empty() ? "" : " ") + n;
     std::cerr << "kite " << cmd << ": unknown type '" << a.type << "'; known types: " << known << "\n";
@@ -157,6 +153,26 @@ int run_convert(const char* cmd, const ConvertArgs& a, bool quantize) {
   opt.allow_requantize = a.allow_requantize;
   opt.small_tensors_f32 = (*src)->format() == "safetensors";
   opt.llama_quantize_order = quantize;
+  opt.pure = a.pure;
+  for (auto [flag, name, dst] :
+       {std::tuple{"--token-embedding-type", &a.token_embedding_type, &opt.token_embedding_type},
+        std::tuple{"--output-tensor-type", &a.output_tensor_type, &opt.output_tensor_type}}) {
+    if (name->empty()) continue;
+    const quant::TypeTraits* tr = quant::find_traits(*name);
+    if (tr == nullptr || !quant::can_quantize(tr->type)) {
+      std::cerr << "kite " << cmd << ": " << flag << ": '" << *name << "' is not a type kite can produce\n";
+      return kExitUsage;
+    }
+    *dst = tr->type;
+  }
+  for (const std::string& arg : a.tensor_types) {
+    auto tt = quant::parse_tensor_type(arg);
+    if (!tt) {
+      std::cerr << "kite " << cmd << ": --tensor-type: " << tt.error().message << "\n";
+      return kExitUsage;
+    }
+    opt.tensor_types.push_back(*tt);
+  }
   Progress progress(quantize ? "quantizing" : "converting");
   opt.progress = [&](uint64_t done, uint64_t total) {
     progress.update(static_cast<int64_t>(done), static_cast<int64_t>(total));
@@ -215,9 +231,19 @@ void register_quantize(CLI::App& app, Action* run) {
   a->type.clear();
   cmd->add_option("input", a->input, "Input GGUF file (f32/f16/bf16) or Hugging Face folder")->required();
   cmd->add_option("output", a->output, "Output GGUF file (with --sensitivity: the TYPE)");
-  cmd->add_option("type", a->type, "Q2_K Q3_K_S Q3_K_M Q3_K_L Q4_K_S Q4_K_M Q5_K_S Q5_K_M Q6_K Q4_0 Q4_1 Q5_0 Q5_1 "
-                                   "Q8_0 IQ4_NL IQ4_XS F16 BF16 F32, or a plain type (q4_K, ...)");
+  cmd->add_option("type", a->type,
+                  "Q2_K Q3_K_S Q3_K_M Q3_K_L Q4_K_S Q4_K_M Q5_K_S Q5_K_M Q6_K Q4_0 Q4_1 Q5_0 Q5_1 "
+                  "Q8_0 IQ4_NL IQ4_XS Q2_K_S IQ1_S IQ1_M IQ2_XXS IQ2_XS IQ2_S IQ2_M IQ3_XXS IQ3_XS IQ3_S "
+                  "IQ3_M (the IQ1..IQ3 mixes need --imatrix) F16 BF16 F32, or a plain type (q4_K, ...)");
   add_common_flags(cmd, a.get());
+  cmd->add_flag("--pure", a->pure, "Every quantizable tensor in the mix's default type (no per-tensor rules)");
+  cmd->add_option("--token-embedding-type", a->token_embedding_type, "Type of token_embd.weight (e.g. q8_0)");
+  cmd->add_option("--output-tensor-type", a->output_tensor_type, "Type of the output projection (e.g. q8_0)");
+  cmd->add_option("--tensor-type", a->tensor_types,
+                  "PATTERN=TYPE: tensors whose name contains a match of the regex get TYPE (repeatable; the first "
+                  "match wins)")
+      ->allow_extra_args(false)  // one value an occurrence: the positionals after it stay positional
+      ->take_all();
   cmd->add_flag("--sensitivity", a->sensitivity,
                 "Print each tensor group's perplexity cost at TYPE (args: IN TYPE; needs -f TEXT)");
   cmd->add_option("-f,--file", a->text, "--sensitivity: the text to measure perplexity on");

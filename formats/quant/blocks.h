@@ -183,8 +183,8 @@ struct BlockIQ4_XS {
 static_assert(sizeof(BlockIQ4_XS) == 136);
 
 // ---------------------------------------------------------------------------------------------
-// The codebook types IQ1_S..IQ3_S (256-element super-blocks, read only: kite runs them, it does
-// not produce them). Each group of 8 (IQ3: 4) elements is one point of a fixed codebook (iq_grids.h)
+// The codebook types IQ1_S..IQ3_S (256-element super-blocks; quantizers in
+// ref_iq_codebook_quant.cpp). Each group of 8 (IQ3: 4) elements is one point of a fixed codebook (iq_grids.h)
 // times signs; a 32-element sub-block s has a scale code. In the formulas g is the grid point's
 // value for the element, sign its sign (+-1), and sc the 4-bit (IQ1: 3-bit) scale code.
 

@@ -30,14 +30,14 @@ KITE_QUANT_REF_TYPE(q8_k)
 KITE_QUANT_REF_TYPE(iq4_nl)
 KITE_QUANT_REF_TYPE(iq4_xs)
 
-// Decoding only: the codebook types (ref_iq_codebook.cpp).
-void dequantize_iq2_xxs(const void* src, float* dst, int64_t n);
-void dequantize_iq2_xs(const void* src, float* dst, int64_t n);
-void dequantize_iq2_s(const void* src, float* dst, int64_t n);
-void dequantize_iq3_xxs(const void* src, float* dst, int64_t n);
-void dequantize_iq3_s(const void* src, float* dst, int64_t n);
-void dequantize_iq1_s(const void* src, float* dst, int64_t n);
-void dequantize_iq1_m(const void* src, float* dst, int64_t n);
+// The codebook types: decoders in ref_iq_codebook.cpp, quantizers in ref_iq_codebook_quant.cpp.
+KITE_QUANT_REF_TYPE(iq2_xxs)
+KITE_QUANT_REF_TYPE(iq2_xs)
+KITE_QUANT_REF_TYPE(iq2_s)
+KITE_QUANT_REF_TYPE(iq3_xxs)
+KITE_QUANT_REF_TYPE(iq3_s)
+KITE_QUANT_REF_TYPE(iq1_s)
+KITE_QUANT_REF_TYPE(iq1_m)
 
 // Weighted variants: minimize sum w[i] * (x[i] - y[i])^2 (w: n weights >= 0; nullptr gives the
 // unweighted quantizer's bytes).
@@ -54,6 +54,13 @@ KITE_QUANT_REF_WEIGHTED(q5_k)
 KITE_QUANT_REF_WEIGHTED(q6_k)
 KITE_QUANT_REF_WEIGHTED(iq4_nl)
 KITE_QUANT_REF_WEIGHTED(iq4_xs)
+KITE_QUANT_REF_WEIGHTED(iq2_xxs)
+KITE_QUANT_REF_WEIGHTED(iq2_xs)
+KITE_QUANT_REF_WEIGHTED(iq2_s)
+KITE_QUANT_REF_WEIGHTED(iq3_xxs)
+KITE_QUANT_REF_WEIGHTED(iq3_s)
+KITE_QUANT_REF_WEIGHTED(iq1_s)
+KITE_QUANT_REF_WEIGHTED(iq1_m)
 
 #undef KITE_QUANT_REF_WEIGHTED
 #undef KITE_QUANT_REF_TYPE

@@ -1,5 +1,5 @@
-// The codebook types IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS and IQ3_S: decoding only (kite
-// runs files that llama.cpp quantized to them; it has no quantizer for them).
+// The codebook types IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS and IQ3_S: decoding (quantizers
+// in ref_iq_codebook_quant.cpp), and random blocks for synthetic models.
 #include <cmath>
 #include <cstring>
 #include <vector>

@@ -31,20 +31,20 @@ constexpr TypeTraits kTraits[] = {
     {Type::Q5_K, "q5_K", 256, 176, true, ref::dequantize_q5_k, ref::quantize_q5_k},
     {Type::Q6_K, "q6_K", 256, 210, true, ref::dequantize_q6_k, ref::quantize_q6_k},
     {Type::Q8_K, "q8_K", 256, 292, true, ref::dequantize_q8_k, ref::quantize_q8_k},
-    {Type::IQ2_XXS, "iq2_xxs", 256, 66, true, ref::dequantize_iq2_xxs, nullptr},
-    {Type::IQ2_XS, "iq2_xs", 256, 74, true, ref::dequantize_iq2_xs, nullptr},
-    {Type::IQ3_XXS, "iq3_xxs", 256, 98, true, ref::dequantize_iq3_xxs, nullptr},
-    {Type::IQ1_S, "iq1_s", 256, 50, true, ref::dequantize_iq1_s, nullptr},
+    {Type::IQ2_XXS, "iq2_xxs", 256, 66, true, ref::dequantize_iq2_xxs, ref::quantize_iq2_xxs},
+    {Type::IQ2_XS, "iq2_xs", 256, 74, true, ref::dequantize_iq2_xs, ref::quantize_iq2_xs},
+    {Type::IQ3_XXS, "iq3_xxs", 256, 98, true, ref::dequantize_iq3_xxs, ref::quantize_iq3_xxs},
+    {Type::IQ1_S, "iq1_s", 256, 50, true, ref::dequantize_iq1_s, ref::quantize_iq1_s},
     {Type::IQ4_NL, "iq4_nl", 32, 18, true, ref::dequantize_iq4_nl, ref::quantize_iq4_nl},
-    {Type::IQ3_S, "iq3_s", 256, 110, true, ref::dequantize_iq3_s, nullptr},
-    {Type::IQ2_S, "iq2_s", 256, 82, true, ref::dequantize_iq2_s, nullptr},
+    {Type::IQ3_S, "iq3_s", 256, 110, true, ref::dequantize_iq3_s, ref::quantize_iq3_s},
+    {Type::IQ2_S, "iq2_s", 256, 82, true, ref::dequantize_iq2_s, ref::quantize_iq2_s},
     {Type::IQ4_XS, "iq4_xs", 256, 136, true, ref::dequantize_iq4_xs, ref::quantize_iq4_xs},
     {Type::I8, "i8", 1, 1, false, nullptr, nullptr},
     {Type::I16, "i16", 1, 2, false, nullptr, nullptr},
     {Type::I32, "i32", 1, 4, false, nullptr, nullptr},
     {Type::I64, "i64", 1, 8, false, nullptr, nullptr},
     {Type::F64, "f64", 1, 8, false, nullptr, nullptr},
-    {Type::IQ1_M, "iq1_m", 256, 56, true, ref::dequantize_iq1_m, nullptr},
+    {Type::IQ1_M, "iq1_m", 256, 56, true, ref::dequantize_iq1_m, ref::quantize_iq1_m},
     {Type::BF16, "bf16", 1, 2, false, ref::dequantize_bf16, ref::quantize_bf16},
     {Type::TQ1_0, "tq1_0", 256, 54, true, nullptr, nullptr},
     {Type::TQ2_0, "tq2_0", 256, 66, true, nullptr, nullptr},
@@ -169,6 +169,20 @@ WeightedFn weighted_fn(Type t) {
     case Type::Q6_K: return ref::quantize_q6_k_w;
     case Type::IQ4_NL: return ref::quantize_iq4_nl_w;
     case Type::IQ4_XS: return ref::quantize_iq4_xs_w;
+    case Type::IQ2_XXS:
+      return ref::quantize_iq2_xxs_w;
+    case Type::IQ2_XS:
+      return ref::quantize_iq2_xs_w;
+    case Type::IQ2_S:
+      return ref::quantize_iq2_s_w;
+    case Type::IQ3_XXS:
+      return ref::quantize_iq3_xxs_w;
+    case Type::IQ3_S:
+      return ref::quantize_iq3_s_w;
+    case Type::IQ1_S:
+      return ref::quantize_iq1_s_w;
+    case Type::IQ1_M:
+      return ref::quantize_iq1_m_w;
     default: return nullptr;
   }
 }

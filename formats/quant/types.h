@@ -77,15 +77,15 @@ const TypeTraits* find_traits(std::string_view name);
 Result<size_t> row_size(Type t, int64_t n);
 
 // Whether the table has a reference routine for the type (F32, F16, BF16, Q4_0, Q4_1, Q5_0,
-// Q5_1, Q8_0, Q8_1, Q2_K..Q6_K, Q8_K, IQ4_NL, IQ4_XS).
+// Q5_1, Q8_0, Q8_1, Q2_K..Q6_K, Q8_K, IQ4_NL, IQ4_XS, IQ1_S..IQ3_S).
 bool can_dequantize(Type t);
 bool can_quantize(Type t);
 // Largest |x| quantize_row() accepts: 65504 (the largest half) for types that store values or
 // scales as halves, FLT_MAX for F32, BF16 and Q8_K.
 float max_quantizable(Type t);
 
-// The types kite decodes but has no quantizer for (the IQ codebook types IQ1_S..IQ3_S) can still be
-// made up: random_blocks fills n elements (whole blocks) with random codes and scales, each block's
+// The IQ codebook types (IQ1_S..IQ3_S) can also be made up, far faster than quantized:
+// random_blocks fills n elements (whole blocks) with random codes and scales, each block's
 // d set so that its values' RMS is `rms`. For synthetic weights (kite bench --synthetic, tests);
 // deterministic in `seed`. An error for a type where can_randomize is false.
 bool can_randomize(Type t);
@@ -115,8 +115,8 @@ Status quantize_rows(Type t, const float* src, void* dst, int64_t nrows, int64_t
 // rounding is weighted).
 
 // Whether the type's quantizer takes weights: Q4_0, Q4_1, Q5_0, Q5_1, Q2_K..Q6_K, IQ4_NL,
-// IQ4_XS. The float types and Q8_0/Q8_1/Q8_K (a fixed rounding rule, shared with the kernels'
-// on-the-fly quantization) ignore them.
+// IQ4_XS and the codebook types IQ1_S..IQ3_S. The float types and Q8_0/Q8_1/Q8_K (a fixed rounding rule, shared with
+// the kernels' on-the-fly quantization) ignore them.
 bool uses_weights(Type t);
 
 // quantize_row minimizing sum w[i] * (x[i] - y[i])^2. `w`: n finite weights >= 0, or nullptr

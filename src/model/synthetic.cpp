@@ -131,10 +131,6 @@ class RowPool {
     std::normal_distribution<float> dist(0.f, 0.02f);
     std::vector<float> f(static_cast<size_t>(ne0));
     block.resize(row_bytes * kDistinctRows);
-    if (quant::can_randomize(type)) {  // (no quantizer: random codes and scales of the same RMS)
-      KITE_TRY(quant::random_blocks(type, block.data(), ne0 * kDistinctRows, rng_(), 0.02f));
-      return &block;
-    }
     for (int r = 0; r < kDistinctRows; ++r) {
       for (float& x : f) x = dist(rng_);
       KITE_TRY(quant::quantize_row(type, f.data(), block.data() + static_cast<size_t>(r) * row_bytes, ne0));
@@ -171,8 +167,7 @@ Result<SyntheticPlan> plan_synthetic(std::string_view shape_name, std::string_vi
   const SyntheticShape& s = *plan.shape;
 
   if (const quant::TypeTraits* tr = quant::find_traits(type)) {  // one type for every matrix
-    if (tr->quantize == nullptr && !quant::can_randomize(tr->type))
-      return make_error("cannot make weights of type ", tr->name);
+    if (tr->quantize == nullptr) return make_error("cannot make weights of type ", tr->name);
     plan.name = "synthetic-" + s.name + "-" + std::string(tr->name);
     plan.tensors = llama_tensors(s, tr->type);
   } else if (const quant::Mix* mix = quant::find_mix(type); mix != nullptr && !mix->pure) {  // llama.cpp's rules
