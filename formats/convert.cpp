@@ -8,7 +8,6 @@
 #include <thread>
 
 #include "formats/gguf.h"
-#include "formats/quant/iq_grids.h"
 
 namespace kite {
 namespace {
@@ -111,16 +110,6 @@ Status attach_importance(const ConvertOptions& opt, const TensorInfo& t, Job* jo
   return ok_status();
 }
 
-// llama.cpp's rule: the 1-3 bit codebook types (and Q2_K in a Q2_K_S mix) need an importance matrix
-// everywhere but the token embedding and the output projection; without one they lose so much that
-// the file is not worth writing.
-bool needs_importance(const TensorInfo& t, quant::Type out, uint32_t file_type) {
-  if (t.name == "token_embd.weight" || t.name == "output.weight") return false;
-  constexpr uint32_t kQ2_K_S = 21;
-  return (quant::is_codebook_type(out) && out != quant::Type::IQ3_S) ||
-         (out == quant::Type::Q2_K && file_type == kQ2_K_S);
-}
-
 }  // namespace
 
 int64_t qk_permuted_source_row(int64_t row, int64_t n_rows, int64_t n_head) {
@@ -186,7 +175,7 @@ Result<ConvertStats> convert_model(const WeightSource& src, const std::string& o
     Job job{&t, plan[i].type, t.ne[0], 1, permute_heads(src, arch, t)};
     for (size_t d = 1; d < t.ne.size(); ++d) job.n_rows *= t.ne[d];
     KITE_TRY(attach_importance(opt, t, &job, &stats));
-    if (job.importance == nullptr && job.out_type != t.type && needs_importance(t, job.out_type, mix->file_type)) {
+    if (job.importance == nullptr && job.out_type != t.type && quant::needs_importance(*mix, t.name, job.out_type)) {
       if (opt.importance == nullptr)
         return make_error("tensor '", t.name, "' would be quantized to ", type_name(job.out_type),
                           ", which needs an importance matrix: pass --imatrix FILE (make one with kite imatrix)");

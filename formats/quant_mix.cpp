@@ -5,84 +5,46 @@
 #include <cctype>
 #include <regex>
 
+#include "formats/quant/iq_grids.h"
+
 namespace kite::quant {
 namespace {
 
 // llama_ftype ids (general.file_type).
+// clang-format off
 enum FileType : uint32_t {
-  kAllF32 = 0,
-  kF16 = 1,
-  kQ4_0 = 2,
-  kQ4_1 = 3,
-  kQ8_0 = 7,
-  kQ5_0 = 8,
-  kQ5_1 = 9,
-  kQ2_K = 10,
-  kQ3_K_S = 11,
-  kQ3_K_M = 12,
-  kQ3_K_L = 13,
-  kQ4_K_S = 14,
-  kQ4_K_M = 15,
-  kQ5_K_S = 16,
-  kQ5_K_M = 17,
-  kQ6_K = 18,
-  kIQ2_XXS = 19,
-  kIQ2_XS = 20,
-  kQ2_K_S = 21,
-  kIQ3_XS = 22,
-  kIQ3_XXS = 23,
-  kIQ1_S = 24,
-  kIQ4_NL = 25,
-  kIQ3_S = 26,
-  kIQ3_M = 27,
-  kIQ2_S = 28,
-  kIQ2_M = 29,
-  kIQ4_XS = 30,
-  kIQ1_M = 31,
-  kBF16 = 32,
-  kGuessed = 1024,
+  kAllF32 = 0, kF16 = 1, kQ4_0 = 2, kQ4_1 = 3, kQ8_0 = 7, kQ5_0 = 8, kQ5_1 = 9, kQ2_K = 10,
+  kQ3_K_S = 11, kQ3_K_M = 12, kQ3_K_L = 13, kQ4_K_S = 14, kQ4_K_M = 15, kQ5_K_S = 16, kQ5_K_M = 17,
+  kQ6_K = 18, kIQ2_XXS = 19, kIQ2_XS = 20, kQ2_K_S = 21, kIQ3_XS = 22, kIQ3_XXS = 23, kIQ1_S = 24,
+  kIQ4_NL = 25, kIQ3_S = 26, kIQ3_M = 27, kIQ2_S = 28, kIQ2_M = 29, kIQ4_XS = 30, kIQ1_M = 31,
+  kBF16 = 32, kGuessed = 1024,
 };
 
 constexpr std::array kMixes = {
-    Mix{"Q2_K", kQ2_K, Type::Q2_K, false},
-    Mix{"Q3_K_S", kQ3_K_S, Type::Q3_K, false},
-    Mix{"Q3_K_M", kQ3_K_M, Type::Q3_K, false},
-    Mix{"Q3_K_L", kQ3_K_L, Type::Q3_K, false},
-    Mix{"Q4_K_S", kQ4_K_S, Type::Q4_K, false},
-    Mix{"Q4_K_M", kQ4_K_M, Type::Q4_K, false},
-    Mix{"Q5_K_S", kQ5_K_S, Type::Q5_K, false},
-    Mix{"Q5_K_M", kQ5_K_M, Type::Q5_K, false},
-    Mix{"Q6_K", kQ6_K, Type::Q6_K, false},
-    Mix{"Q4_0", kQ4_0, Type::Q4_0, false},
-    Mix{"Q4_1", kQ4_1, Type::Q4_1, false},
-    Mix{"Q5_0", kQ5_0, Type::Q5_0, false},
-    Mix{"Q5_1", kQ5_1, Type::Q5_1, false},
-    Mix{"Q8_0", kQ8_0, Type::Q8_0, false},
-    Mix{"IQ4_NL", kIQ4_NL, Type::IQ4_NL, false},
-    Mix{"IQ4_XS", kIQ4_XS, Type::IQ4_XS, false},
+    Mix{"Q2_K", kQ2_K, Type::Q2_K, false},     Mix{"Q3_K_S", kQ3_K_S, Type::Q3_K, false},
+    Mix{"Q3_K_M", kQ3_K_M, Type::Q3_K, false}, Mix{"Q3_K_L", kQ3_K_L, Type::Q3_K, false},
+    Mix{"Q4_K_S", kQ4_K_S, Type::Q4_K, false}, Mix{"Q4_K_M", kQ4_K_M, Type::Q4_K, false},
+    Mix{"Q5_K_S", kQ5_K_S, Type::Q5_K, false}, Mix{"Q5_K_M", kQ5_K_M, Type::Q5_K, false},
+    Mix{"Q6_K", kQ6_K, Type::Q6_K, false},     Mix{"Q4_0", kQ4_0, Type::Q4_0, false},
+    Mix{"Q4_1", kQ4_1, Type::Q4_1, false},     Mix{"Q5_0", kQ5_0, Type::Q5_0, false},
+    Mix{"Q5_1", kQ5_1, Type::Q5_1, false},     Mix{"Q8_0", kQ8_0, Type::Q8_0, false},
+    Mix{"IQ4_NL", kIQ4_NL, Type::IQ4_NL, false}, Mix{"IQ4_XS", kIQ4_XS, Type::IQ4_XS, false},
     Mix{"Q2_K_S", kQ2_K_S, Type::Q2_K, false},
     // The codebook mixes. As in llama.cpp, IQ2_S is mostly IQ2_XS and IQ2_M mostly IQ2_S; IQ3_XS
     // and IQ3_M are IQ3_S with other rules.
-    Mix{"IQ1_S", kIQ1_S, Type::IQ1_S, false},
-    Mix{"IQ1_M", kIQ1_M, Type::IQ1_M, false},
-    Mix{"IQ2_XXS", kIQ2_XXS, Type::IQ2_XXS, false},
-    Mix{"IQ2_XS", kIQ2_XS, Type::IQ2_XS, false},
-    Mix{"IQ2_S", kIQ2_S, Type::IQ2_XS, false},
-    Mix{"IQ2_M", kIQ2_M, Type::IQ2_S, false},
-    Mix{"IQ3_XXS", kIQ3_XXS, Type::IQ3_XXS, false},
-    Mix{"IQ3_XS", kIQ3_XS, Type::IQ3_S, false},
-    Mix{"IQ3_S", kIQ3_S, Type::IQ3_S, false},
-    Mix{"IQ3_M", kIQ3_M, Type::IQ3_S, false},
-    Mix{"F16", kF16, Type::F16, false},
-    Mix{"BF16", kBF16, Type::BF16, false},
+    Mix{"IQ1_S", kIQ1_S, Type::IQ1_S, false},   Mix{"IQ1_M", kIQ1_M, Type::IQ1_M, false},
+    Mix{"IQ2_XXS", kIQ2_XXS, Type::IQ2_XXS, false}, Mix{"IQ2_XS", kIQ2_XS, Type::IQ2_XS, false},
+    Mix{"IQ2_S", kIQ2_S, Type::IQ2_XS, false},  Mix{"IQ2_M", kIQ2_M, Type::IQ2_S, false},
+    Mix{"IQ3_XXS", kIQ3_XXS, Type::IQ3_XXS, false}, Mix{"IQ3_XS", kIQ3_XS, Type::IQ3_S, false},
+    Mix{"IQ3_S", kIQ3_S, Type::IQ3_S, false},   Mix{"IQ3_M", kIQ3_M, Type::IQ3_S, false},
+    Mix{"F16", kF16, Type::F16, false},        Mix{"BF16", kBF16, Type::BF16, false},
     Mix{"F32", kAllF32, Type::F32, false},
     // Plain types (every tensor in the one type): the K types without a mix of that name.
-    Mix{"q3_K", kQ3_K_S, Type::Q3_K, true},
-    Mix{"q4_K", kQ4_K_S, Type::Q4_K, true},
-    Mix{"q5_K", kQ5_K_S, Type::Q5_K, true},
-    Mix{"q8_1", kGuessed, Type::Q8_1, true},
+    Mix{"q3_K", kQ3_K_S, Type::Q3_K, true},    Mix{"q4_K", kQ4_K_S, Type::Q4_K, true},
+    Mix{"q5_K", kQ5_K_S, Type::Q5_K, true},    Mix{"q8_1", kGuessed, Type::Q8_1, true},
     Mix{"q8_K", kGuessed, Type::Q8_K, true},
 };
+// clang-format on
 
 bool iequal(std::string_view a, std::string_view b) {
   return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
@@ -170,6 +132,7 @@ Type low_bit_rule(State& s, Type t, std::string_view name) {
   return t;
 }
 
+// clang-format off
 // The per-tensor rules of the mixes (llama_tensor_get_type).
 Type rule_type(State& s, Type t, const gguf::TensorInfo& info) {
   const std::string_view name = info.name;
@@ -189,14 +152,10 @@ Type rule_type(State& s, Type t, const gguf::TensorInfo& info) {
   if (contains(name, "attn_v.weight")) {
     const int i = s.i_attention_wv++;
     if (ft == kQ2_K) t = s.n_gqa >= 4 ? Type::Q4_K : Type::Q3_K;
-    else if (ft == kQ2_K_S && s.n_gqa >= 4)
-      t = Type::Q4_K;
-    else if (ft == kIQ3_XXS)
-      t = s.n_gqa >= 4 ? Type::Q4_K : !s.has_imatrix ? Type::IQ3_S : Type::IQ3_XXS;
-    else if ((ft == kIQ3_XS || ft == kIQ3_S) && s.n_gqa >= 4)
-      t = Type::Q4_K;
-    else if (ft == kIQ3_M)
-      t = Type::Q4_K;
+    else if (ft == kQ2_K_S && s.n_gqa >= 4) t = Type::Q4_K;
+    else if (ft == kIQ3_XXS) t = s.n_gqa >= 4 ? Type::Q4_K : !s.has_imatrix ? Type::IQ3_S : Type::IQ3_XXS;
+    else if ((ft == kIQ3_XS || ft == kIQ3_S) && s.n_gqa >= 4) t = Type::Q4_K;
+    else if (ft == kIQ3_M) t = Type::Q4_K;
     else if (ft == kQ3_K_M) t = i < 2 ? Type::Q5_K : Type::Q4_K;
     else if (ft == kQ3_K_L) t = Type::Q5_K;
     else if ((ft == kIQ4_NL || ft == kIQ4_XS) && s.n_gqa >= 4) t = Type::Q5_K;
@@ -220,44 +179,36 @@ Type rule_type(State& s, Type t, const gguf::TensorInfo& info) {
     const int i = s.i_ffn_down++;
     const int n = s.n_layer;
     if (ft == kQ2_K) t = Type::Q3_K;
-    else if (ft == kQ2_K_S)
-      t = i < n / 8 ? Type::Q4_K : t;
-    else if (ft == kIQ3_XXS && !s.has_imatrix)
-      t = i < n / 8 ? Type::Q4_K : Type::Q3_K;
+    else if (ft == kQ2_K_S) t = i < n / 8 ? Type::Q4_K : t;
+    else if (ft == kIQ3_XXS && !s.has_imatrix) t = i < n / 8 ? Type::Q4_K : Type::Q3_K;
     else if (ft == kQ3_K_M) t = i < n / 16 ? Type::Q5_K : (!falcon || use_more_bits(i, n)) ? Type::Q4_K : Type::Q3_K;
-    else if (ft == kIQ3_M && (i < n / 8 || (s.n_expert == 8 && use_more_bits(i, n))))
-      t = Type::Q4_K;
+    else if (ft == kIQ3_M && (i < n / 8 || (s.n_expert == 8 && use_more_bits(i, n)))) t = Type::Q4_K;
     else if (ft == kQ3_K_L) t = falcon ? Type::Q4_K : Type::Q5_K;
     else if (ft == kQ4_K_M) {
       if (falcon) t = i < n / 16 ? Type::Q6_K : use_more_bits(i, n) ? Type::Q5_K : Type::Q4_K;
       else if (use_more_bits(i, n)) t = Type::Q6_K;
-    } else if (i < n / 8 && (ft == kIQ4_NL || ft == kIQ4_XS) && !s.has_imatrix)
-      t = Type::Q5_K;
+    } else if (i < n / 8 && (ft == kIQ4_NL || ft == kIQ4_XS) && !s.has_imatrix) t = Type::Q5_K;
     else if (ft == kQ5_K_M && use_more_bits(i, n)) t = Type::Q6_K;
     else if (ft == kQ4_K_S && !falcon && i < n / 8) t = Type::Q5_K;
-    else if ((ft == kQ4_0 || ft == kQ5_0) && s.has_imatrix && i < n / 8)
-      t = ft == kQ4_0 ? Type::Q4_1 : Type::Q5_1;
+    else if ((ft == kQ4_0 || ft == kQ5_0) && s.has_imatrix && i < n / 8) t = ft == kQ4_0 ? Type::Q4_1 : Type::Q5_1;
     return t;
   }
   if (contains(name, "attn_output.weight")) {
     if (falcon) return ft == kQ3_K_L ? Type::Q4_K : t;
     if (s.n_expert == 8) {
-      if (is_one_of(ft,
-                    {kQ2_K, kIQ3_XS, kIQ3_XXS, kQ3_K_S, kQ3_K_M, kIQ4_NL, kQ4_K_S, kQ4_K_M, kIQ3_S, kIQ3_M, kIQ4_XS}))
+      if (is_one_of(ft, {kQ2_K, kIQ3_XS, kIQ3_XXS, kQ3_K_S, kQ3_K_M, kIQ4_NL, kQ4_K_S, kQ4_K_M, kIQ3_S, kIQ3_M,
+                         kIQ4_XS}))
         t = Type::Q5_K;
       return t;
     }
     if (ft == kQ2_K) t = Type::Q3_K;
-    else if (ft == kIQ3_XXS)
-      t = Type::IQ3_S;
-    else if (ft == kQ3_K_M || ft == kIQ3_M)
-      t = Type::Q4_K;
+    else if (ft == kIQ3_XXS) t = Type::IQ3_S;
+    else if (ft == kQ3_K_M || ft == kIQ3_M) t = Type::Q4_K;
     else if (ft == kQ3_K_L) t = Type::Q5_K;
     return t;
   }
   if (contains(name, "attn_qkv.weight")) {
-    if (ft == kQ3_K_M || ft == kQ3_K_L || ft == kIQ3_M)
-      t = Type::Q4_K;
+    if (ft == kQ3_K_M || ft == kQ3_K_L || ft == kIQ3_M) t = Type::Q4_K;
     else if (ft == kQ4_K_M) t = Type::Q5_K;
     else if (ft == kQ5_K_M) t = Type::Q6_K;
     return t;
@@ -270,6 +221,7 @@ Type rule_type(State& s, Type t, const gguf::TensorInfo& info) {
   }
   return t;
 }
+// clang-format on
 
 // K/IQ types need rows of whole 256-blocks; llama.cpp falls back to a legacy type of similar size.
 PlanEntry fit_row(Type t, int64_t ne0) {
@@ -299,6 +251,11 @@ PlanEntry fit_row(Type t, int64_t ne0) {
 }
 
 }  // namespace
+
+bool needs_importance(const Mix& mix, std::string_view tensor, Type type) {
+  if (tensor == "token_embd.weight" || tensor == "output.weight") return false;
+  return (is_codebook_type(type) && type != Type::IQ3_S) || (type == Type::Q2_K && mix.file_type == kQ2_K_S);
+}
 
 Result<std::pair<std::string, Type>> parse_tensor_type(std::string_view arg) {
   const size_t eq = arg.rfind('=');

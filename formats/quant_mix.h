@@ -60,6 +60,11 @@ struct PlanOptions {
   std::vector<std::pair<std::string, Type>> tensor_types;
 };
 
+// Whether a tensor of `mix` quantized to `type` needs an importance matrix (llama.cpp's rule): the
+// 1-3 bit codebook types but IQ3_S, and Q2_K in a Q2_K_S mix, everywhere but the token embedding
+// and the output projection. Without one they lose so much that the file is not worth writing.
+bool needs_importance(const Mix& mix, std::string_view tensor, Type type);
+
 // "PATTERN=TYPE" (--tensor-type) as a pattern and a type kite can produce; errors name the problem.
 Result<std::pair<std::string, Type>> parse_tensor_type(std::string_view arg);
 
