@@ -55,9 +55,9 @@ struct PlanOptions {
   // of a model that ties it to the output, unless token_embedding_type is set) and --tensor-type
   // PATTERN=TYPE, the first pattern found in a quantizable tensor's name (ECMAScript regex
   // search) giving its type.
-  std::optional<Type> token_embedding_type;
-  std::optional<Type> output_tensor_type;
-  std::vector<std::pair<std::string, Type>> tensor_types;
+  std::optional<Type> token_embedding_type = {};
+  std::optional<Type> output_tensor_type = {};
+  std::vector<std::pair<std::string, Type>> tensor_types = {};
 };
 
 // Whether a tensor of `mix` quantized to `type` needs an importance matrix (llama.cpp's rule): the
