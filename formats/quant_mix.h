@@ -9,6 +9,9 @@
 //   - the output projection (or token_embd when the embeddings are tied) gets Q6_K
 //     (Q8_0 when its rows are not whole 256-blocks; unchanged for Q8_0);
 //   - attn_v / ffn_down / attn_output get more bits in the K mixes (per layer for the _M mixes);
+//   - the IQ1/IQ2 mixes give the token embedding Q2_K or IQ3_S, the output Q5_K, attn_v Q2_K /
+//     IQ3_S (Q4_K with grouped-query attention) and the first eighth of ffn_down more bits; the
+//     IQ3 mixes move attn_q/attn_k (IQ3_XS: and the middle layers' FFN) down a type;
 //   - a K/IQ type on rows that are not a multiple of 256 falls back to Q5_0 (from Q4_K), Q5_1
 //     (Q5_K), Q8_0 (Q6_K), Q4_0 (Q2_K, Q3_K) or IQ4_NL (IQ4_XS and the IQ1..IQ3 types), F16 if
 //     even that does not fit.
@@ -51,10 +54,10 @@ struct PlanOptions {
   // Q5_0) choose differently with one, as llama.cpp's do.
   bool has_imatrix = false;
   // llama-quantize's overrides, applied before the mix's rules and in their place (the row-length
-  // fallbacks still apply): --token-embedding-type, --output-tensor-type (also the token embedding
-  // of a model that ties it to the output, unless token_embedding_type is set) and --tensor-type
+  // fallbacks still apply): --token-embedding-type, --output-tensor-type and --tensor-type
   // PATTERN=TYPE, the first pattern found in a quantizable tensor's name (ECMAScript regex
-  // search) giving its type.
+  // search) giving its type. As in llama.cpp, a token embedding tied to the output takes
+  // output_tensor_type where the mix's rules would decide it (not under pure or a pattern).
   std::optional<Type> token_embedding_type = {};
   std::optional<Type> output_tensor_type = {};
   std::vector<std::pair<std::string, Type>> tensor_types = {};
