@@ -56,8 +56,8 @@ struct Codebook {
   int nearest(const float* t, const float* w, float* err) const {
     int p = 0;
     for (int j = dims - 1; j >= 0; --j) {  // coordinate 0 is the least significant digit
-      int l = 0;
-      while (l < n_levels - 1 && t[j] > mid[l]) ++l;
+      int l = 0;  // the nearest level: how many midpoints lie below t (they ascend); no branches
+      for (int k = 0; k < n_levels - 1; ++k) l += t[j] > mid[k];
       p = p * n_levels + l;
     }
     int best = at[p];
@@ -224,11 +224,21 @@ void unit_moments(const Spec& sp, const Coded& c, const float* a, const float* w
     }
 }
 
-// Searches every group of unit u at inverse scale inv (kPerUnit: with delta `forced`).
-void search_unit(const Spec& sp, const float* a, const float* w, int u, float inv, int forced, Coded* c) {
+// Searches every group of unit u at inverse scale inv (kPerUnit: with delta `forced`). With b and
+// cc, also unit_moments of the result (the same sums in the same order, while the group is hot).
+void search_unit(const Spec& sp, const float* a, const float* w, int u, float inv, int forced, Coded* c,
+                 double* b = nullptr, double* cc = nullptr) {
   const int dims = sp.cb->dims;
-  for (int g = u * sp.unit / dims; g < (u + 1) * sp.unit / dims; ++g)
+  if (b != nullptr) *b = *cc = 0;
+  for (int g = u * sp.unit / dims; g < (u + 1) * sp.unit / dims; ++g) {
     search_group(sp, a + g * dims, w + g * dims, inv, forced, &c->idx[g], &c->minus[g]);
+    if (b == nullptr) continue;
+    for (int j = 0; j < dims; ++j) {
+      const double q = code(sp, *c, g, j), wi = w[g * dims + j];
+      *b += wi * a[g * dims + j] * q;
+      *cc += wi * q * q;
+    }
+  }
 }
 
 // Step 2: unit u on its own (its codes into c). Returns its least-squares scale.
@@ -249,9 +259,8 @@ float fit_unit(const Spec& sp, const float* a, const float* w, int u, Coded* c) 
   double best = -1;
   float best_s = 0;
   auto consider = [&](float inv, int forced) {
-    search_unit(sp, a, w, u, inv, forced, &trial);
     double b, cc;
-    unit_moments(sp, trial, a, w, u, &b, &cc);
+    search_unit(sp, a, w, u, inv, forced, &trial, &b, &cc);
     if (b > 0 && cc > 0 && b * b / cc > best) {
       best = b * b / cc;
       best_s = static_cast<float>(b / cc);
