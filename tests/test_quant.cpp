@@ -62,20 +62,13 @@ double max_nrmse(Type t) {
     case Type::Q2_K: return 0.375;   // 0.301 (llama.cpp)
     // The codebook types (unweighted, as these tests quantize; with an importance matrix the
     // error moves to the columns that matter less): 3.4 to 1.9 bits a weight.
-    case Type::IQ3_S:
-      return 0.162;  // 0.129 (random)
-    case Type::IQ3_XXS:
-      return 0.22;  // 0.176 (random)
-    case Type::IQ2_S:
-      return 0.30;  // 0.239 (random)
-    case Type::IQ2_XS:
-      return 0.356;  // 0.285 (random)
-    case Type::IQ2_XXS:
-      return 0.41;  // 0.327 (random)
-    case Type::IQ1_M:
-      return 0.52;  // 0.415 (random)
-    case Type::IQ1_S:
-      return 0.56;  // 0.448 (random)
+    case Type::IQ3_S: return 0.162;  // 0.129 (random)
+    case Type::IQ3_XXS: return 0.22;  // 0.176 (random)
+    case Type::IQ2_S: return 0.30;  // 0.239 (random)
+    case Type::IQ2_XS: return 0.356;  // 0.285 (random)
+    case Type::IQ2_XXS: return 0.41;  // 0.327 (random)
+    case Type::IQ1_M: return 0.52;  // 0.415 (random)
+    case Type::IQ1_S: return 0.56;  // 0.448 (random)
     default: return 0;
   }
 }

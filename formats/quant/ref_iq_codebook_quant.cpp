@@ -147,16 +147,11 @@ const Codebook& codebook(Type t) {
   static const Codebook iq3s = make_codebook(g.iq3s, 4, {1, 3, 5, 7, 9, 11, 13, 15}, byte_value);
   static const Codebook iq1s = make_codebook(g.iq1s, 8, {-8, 0, 8}, iq1_value);
   switch (t) {
-    case Type::IQ2_XXS:
-      return iq2xxs;
-    case Type::IQ2_XS:
-      return iq2xs;
-    case Type::IQ2_S:
-      return iq2s;
-    case Type::IQ3_XXS:
-      return iq3xxs;
-    case Type::IQ3_S:
-      return iq3s;
+    case Type::IQ2_XXS: return iq2xxs;
+    case Type::IQ2_XS: return iq2xs;
+    case Type::IQ2_S: return iq2s;
+    case Type::IQ3_XXS: return iq3xxs;
+    case Type::IQ3_S: return iq3s;
     default:
       return iq1s;  // IQ1_S, IQ1_M
   }
@@ -212,16 +207,19 @@ float code(const Spec& sp, const Coded& c, int g, int j) {
   return sp.delta == Delta::kNone ? v : v + (c.minus[g] ? -1.0f : 1.0f);
 }
 
+// Adds group g's sum w a q to b and sum w q^2 to cc.
+void add_moments(const Spec& sp, const Coded& c, const float* a, const float* w, int g, double* b, double* cc) {
+  for (int j = 0, i = g * sp.cb->dims; j < sp.cb->dims; ++j, ++i) {
+    const double q = code(sp, c, g, j), wi = w[i];
+    *b += wi * a[i] * q;
+    *cc += wi * q * q;
+  }
+}
+
 // sum w a q and sum w q^2 over unit u's elements.
 void unit_moments(const Spec& sp, const Coded& c, const float* a, const float* w, int u, double* b, double* cc) {
-  const int dims = sp.cb->dims;
   *b = *cc = 0;
-  for (int g = u * sp.unit / dims; g < (u + 1) * sp.unit / dims; ++g)
-    for (int j = 0; j < dims; ++j) {
-      const double q = code(sp, c, g, j), wi = w[g * dims + j];
-      *b += wi * a[g * dims + j] * q;
-      *cc += wi * q * q;
-    }
+  for (int g = u * sp.unit / sp.cb->dims; g < (u + 1) * sp.unit / sp.cb->dims; ++g) add_moments(sp, c, a, w, g, b, cc);
 }
 
 // Searches every group of unit u at inverse scale inv (kPerUnit: with delta `forced`). With b and
@@ -232,12 +230,7 @@ void search_unit(const Spec& sp, const float* a, const float* w, int u, float in
   if (b != nullptr) *b = *cc = 0;
   for (int g = u * sp.unit / dims; g < (u + 1) * sp.unit / dims; ++g) {
     search_group(sp, a + g * dims, w + g * dims, inv, forced, &c->idx[g], &c->minus[g]);
-    if (b == nullptr) continue;
-    for (int j = 0; j < dims; ++j) {
-      const double q = code(sp, *c, g, j), wi = w[g * dims + j];
-      *b += wi * a[g * dims + j] * q;
-      *cc += wi * q * q;
-    }
+    if (b != nullptr) add_moments(sp, *c, a, w, g, b, cc);
   }
 }
 
@@ -507,18 +500,12 @@ void quantize_codebook(const Spec& sp, const float* src, void* dst, int64_t n, c
 Spec spec(Type t) {
   const Codebook* cb = &codebook(t);
   switch (t) {
-    case Type::IQ2_XXS:
-      return {cb, 32, 31, kIqDFactor<BlockIQ2_XXS>, Signs::kParity, Delta::kNone};
-    case Type::IQ2_XS:
-      return {cb, 16, 31, kIqDFactor<BlockIQ2_XS>, Signs::kParity, Delta::kNone};
-    case Type::IQ2_S:
-      return {cb, 16, 31, kIqDFactor<BlockIQ2_S>, Signs::kFree, Delta::kNone};
-    case Type::IQ3_XXS:
-      return {cb, 32, 31, kIqDFactor<BlockIQ3_XXS>, Signs::kParity, Delta::kNone};
-    case Type::IQ3_S:
-      return {cb, 32, 31, kIqDFactor<BlockIQ3_S>, Signs::kFree, Delta::kNone};
-    case Type::IQ1_S:
-      return {cb, 32, 15, kIqDFactor<BlockIQ1_S>, Signs::kNone, Delta::kPerUnit, 1.08f};
+    case Type::IQ2_XXS: return {cb, 32, 31, kIqDFactor<BlockIQ2_XXS>, Signs::kParity, Delta::kNone};
+    case Type::IQ2_XS: return {cb, 16, 31, kIqDFactor<BlockIQ2_XS>, Signs::kParity, Delta::kNone};
+    case Type::IQ2_S: return {cb, 16, 31, kIqDFactor<BlockIQ2_S>, Signs::kFree, Delta::kNone};
+    case Type::IQ3_XXS: return {cb, 32, 31, kIqDFactor<BlockIQ3_XXS>, Signs::kParity, Delta::kNone};
+    case Type::IQ3_S: return {cb, 32, 31, kIqDFactor<BlockIQ3_S>, Signs::kFree, Delta::kNone};
+    case Type::IQ1_S: return {cb, 32, 15, kIqDFactor<BlockIQ1_S>, Signs::kNone, Delta::kPerUnit, 1.08f};
     default:
       return {cb, 16, 15, kIqDFactor<BlockIQ1_M>, Signs::kNone, Delta::kPerGroup, 1.05f};  // IQ1_M
   }

@@ -169,20 +169,13 @@ WeightedFn weighted_fn(Type t) {
     case Type::Q6_K: return ref::quantize_q6_k_w;
     case Type::IQ4_NL: return ref::quantize_iq4_nl_w;
     case Type::IQ4_XS: return ref::quantize_iq4_xs_w;
-    case Type::IQ2_XXS:
-      return ref::quantize_iq2_xxs_w;
-    case Type::IQ2_XS:
-      return ref::quantize_iq2_xs_w;
-    case Type::IQ2_S:
-      return ref::quantize_iq2_s_w;
-    case Type::IQ3_XXS:
-      return ref::quantize_iq3_xxs_w;
-    case Type::IQ3_S:
-      return ref::quantize_iq3_s_w;
-    case Type::IQ1_S:
-      return ref::quantize_iq1_s_w;
-    case Type::IQ1_M:
-      return ref::quantize_iq1_m_w;
+    case Type::IQ2_XXS: return ref::quantize_iq2_xxs_w;
+    case Type::IQ2_XS: return ref::quantize_iq2_xs_w;
+    case Type::IQ2_S: return ref::quantize_iq2_s_w;
+    case Type::IQ3_XXS: return ref::quantize_iq3_xxs_w;
+    case Type::IQ3_S: return ref::quantize_iq3_s_w;
+    case Type::IQ1_S: return ref::quantize_iq1_s_w;
+    case Type::IQ1_M: return ref::quantize_iq1_m_w;
     default: return nullptr;
   }
 }
