@@ -15,6 +15,8 @@
 #include "src/runtime/context.h"
 #include "src/runtime/perplexity.h"
 #include "src/runtime/scheduler.h"
+#include "tests/moe_model.h"
+#include "tests/process.h"
 #include "tests/test_models.h"
 #include "tests/testdata.h"
 
@@ -38,43 +40,44 @@ inline int32_t argmax_of(std::span<const float> v) {
 
 // Greedy decoding of `steps` tokens on the CPU and on `device` in lockstep: the prefill logits
 // close as a whole, the tokens equal until a divergence, which must be at a near-tie.
-inline void check_greedy_matches_cpu(const std::string& device, const std::vector<std::string>& models, int steps) {
-  for (const std::string& name : models) {
-    const LoadedModel& l = load_model(name);
-    auto cpu = make_device_ctx(l, "cpu", 256);
-    auto gpu = make_device_ctx(l, device, 256);
-    EncodeOptions eo;
-    std::vector<int32_t> prompt = l.tok->encode("Once upon a time, the citizens", eo);
-    REQUIRE(!prompt.empty());
-    REQUIRE(cpu->eval(prompt).ok());
-    auto st = gpu->eval(prompt);
-    REQUIRE_MESSAGE(st.ok(), (st.ok() ? std::string() : st.error().message));
-    int same = 0;
-    for (int step = 0; step < steps; ++step) {
-      const auto lc = cpu->logits(0), lg = gpu->logits(0);
-      if (step == 0) {  // prefill logits close as a whole
-        double num = 0, den = 0;
-        for (size_t i = 0; i < lc.size(); ++i) num += (lc[i] - lg[i]) * (lc[i] - lg[i]), den += lc[i] * lc[i];
-        INFO(name, " prefill logits nmse ", num / den);
-        CHECK(num / den < 1e-4);
-      }
-      const int32_t tc = argmax_of(lc), tg = argmax_of(lg);
-      if (tc != tg) {
-        const float gap = lc[static_cast<size_t>(tc)] - lc[static_cast<size_t>(tg)];
-        MESSAGE(name, ": diverged at step ", step, " (cpu ", tc, ", ", device, " ", tg, ", cpu logit gap ", gap, ")");
-        CHECK_MESSAGE(gap < 0.05f * std::max(1.f, std::fabs(lc[static_cast<size_t>(tc)])), name, " not a near-tie");
-        break;
-      }
-      ++same;
-      if (l.tok->is_eog(tc)) break;
-      const BatchToken bt{tc, 0, true};
-      REQUIRE(cpu->decode(std::span<const BatchToken>(&bt, 1)).ok());
-      auto s2 = gpu->decode(std::span<const BatchToken>(&bt, 1));
-      REQUIRE_MESSAGE(s2.ok(), (s2.ok() ? std::string() : s2.error().message));
+inline void check_greedy_matches_cpu(const std::string& device, const LoadedModel& l, const std::string& name,
+                                     int steps) {
+  auto cpu = make_device_ctx(l, "cpu", 256);
+  auto gpu = make_device_ctx(l, device, 256);
+  EncodeOptions eo;
+  std::vector<int32_t> prompt = l.tok->encode("Once upon a time, the citizens", eo);
+  REQUIRE(!prompt.empty());
+  REQUIRE(cpu->eval(prompt).ok());
+  auto st = gpu->eval(prompt);
+  REQUIRE_MESSAGE(st.ok(), (st.ok() ? std::string() : st.error().message));
+  int same = 0;
+  for (int step = 0; step < steps; ++step) {
+    const auto lc = cpu->logits(0), lg = gpu->logits(0);
+    if (step == 0) {  // prefill logits close as a whole
+      double num = 0, den = 0;
+      for (size_t i = 0; i < lc.size(); ++i) num += (lc[i] - lg[i]) * (lc[i] - lg[i]), den += lc[i] * lc[i];
+      INFO(name, " prefill logits nmse ", num / den);
+      CHECK(num / den < 1e-4);
     }
-    MESSAGE(name, ": ", same, " greedy tokens equal on cpu and ", device);
-    CHECK(same >= std::min(8, steps));
+    const int32_t tc = argmax_of(lc), tg = argmax_of(lg);
+    if (tc != tg) {
+      const float gap = lc[static_cast<size_t>(tc)] - lc[static_cast<size_t>(tg)];
+      MESSAGE(name, ": diverged at step ", step, " (cpu ", tc, ", ", device, " ", tg, ", cpu logit gap ", gap, ")");
+      CHECK_MESSAGE(gap < 0.05f * std::max(1.f, std::fabs(lc[static_cast<size_t>(tc)])), name, " not a near-tie");
+      break;
+    }
+    ++same;
+    if (l.tok->is_eog(tc)) break;
+    const BatchToken bt{tc, 0, true};
+    REQUIRE(cpu->decode(std::span<const BatchToken>(&bt, 1)).ok());
+    auto s2 = gpu->decode(std::span<const BatchToken>(&bt, 1));
+    REQUIRE_MESSAGE(s2.ok(), (s2.ok() ? std::string() : s2.error().message));
   }
+  MESSAGE(name, ": ", same, " greedy tokens equal on cpu and ", device);
+  CHECK(same >= std::min(8, steps));
+}
+inline void check_greedy_matches_cpu(const std::string& device, const std::vector<std::string>& models, int steps) {
+  for (const std::string& name : models) check_greedy_matches_cpu(device, load_model(name), name, steps);
 }
 
 // Where check_perplexity finds its files and their llama.cpp perplexities (peer-reference.json's
@@ -167,8 +170,7 @@ inline void check_split_placement(const std::string& device) {
 }
 
 // One sequence decoded alone and beside another: the same greedy tokens.
-inline void check_batch_invariance(const std::string& device, const std::string& model, int steps) {
-  const LoadedModel& l = load_model(model);
+inline void check_batch_invariance(const std::string& device, const LoadedModel& l, int steps) {
   auto alone = make_device_ctx(l, device, 256, 3);
   auto mixed = make_device_ctx(l, device, 256, 3);
   EncodeOptions eo;
@@ -190,6 +192,31 @@ inline void check_batch_invariance(const std::string& device, const std::string&
     t0 = argmax_of(la);
     t1 = argmax_of(mixed->logits(1));
   }
+}
+inline void check_batch_invariance(const std::string& device, const std::string& model, int steps) {
+  check_batch_invariance(device, load_model(model), steps);
+}
+
+// The MoE test model (tests/moe_model.h's qwen3moe) on `device`, its experts wherever the
+// context puts them (on the CPU where the device has no kernels for them): greedy tokens as the
+// CPU's, a sequence's tokens independent of its batch, and perplexity over the first
+// `max_tokens` tokens as the CPU's (0: the whole text, against llama.cpp's).
+inline void check_moe(const std::string& device, size_t max_tokens, double tolerance = 0.005) {
+  const std::string path = moe_test_file("qwen3moe-tiny.gguf");
+  const LoadedModel l = load_model_at(path, "qwen3moe-tiny");
+  check_greedy_matches_cpu(device, l, "qwen3moe-tiny", 24);
+  check_batch_invariance(device, l, 8);
+  check_perplexity(device, {"qwen3moe-tiny.gguf"}, max_tokens, tolerance,
+                   PplReference{moe_reference_path(), std::filesystem::path(path).parent_path().string()});
+  // The CLI says where the experts ran.
+  const ProcessResult r = run_kite({"run", "-m", path, "--device", device, "-p", "Hello", "-n", "2"});
+  CHECK_MESSAGE(r.exit_code == 0, r.err);
+  Graph g;
+  Tensor* probe = g.mul_mat_id(g.input(DType::F16, {64, 64, 4}, "w"), g.input(DType::F32, {64, 1, 1}, "x"),
+                               g.input(DType::F32, {3, 1}, "route"), 1);
+  auto be = create_backend(device);
+  REQUIRE(be.ok());
+  CHECK((r.err.find("no kernels for the model's experts") != std::string::npos) == !(*be)->supports(*probe));
 }
 
 // Sampler's draw with every filter off (what Graph::top_k's draw promises), given the uniform.

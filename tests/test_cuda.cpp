@@ -157,6 +157,15 @@ TEST_CASE("cuda: a sequence's greedy tokens do not depend on what shares its bat
   check_batch_invariance("cuda", "gguf/llama-draft-Q4_K_M.gguf", 16);
 }
 
+TEST_CASE("cuda: an MoE model runs, its experts on the CPU: the CPU's greedy tokens, llama.cpp's perplexity") {
+  if (!have_gpu("moe")) return;
+#ifdef KITE_CUDA_EMU
+  check_moe("cuda", 512, 0.01);  // (as the perplexity test above, on the emulator)
+#else
+  check_moe("cuda", 0);
+#endif
+}
+
 TEST_CASE("cuda: steps that bring back each row's top 64 logits (and some whole rows) match whole rows") {
   if (!have_gpu("top-k outputs")) return;
   check_top_k_outputs("cuda");

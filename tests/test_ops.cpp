@@ -3,6 +3,7 @@
 // double-precision references written here by normalized mean squared error on random data
 // (fixed seeds). The CPU kernel tables against one another: test_ops_cpu_kernels.cpp.
 #include <array>
+#include <limits>
 
 #include "tests/ops_test_util.h"
 
@@ -467,6 +468,96 @@ TEST_CASE("ops: top_k draws a token from the whole row at a temperature with a g
         } else {  // a device sums in another order: only a target at a boundary may move
           const double target = us[static_cast<size_t>(r)] * total;
           CHECK((std::abs(target - lo) < 1e-9 * total || std::abs(target - hi) < 1e-9 * total));
+        }
+      }
+    });
+  }
+}
+
+TEST_CASE("ops: mul_mat_id and moe_sum (mixture of experts) against a double reference, routes with padding") {
+  const int64_t k = 256, m = 96, n_expert = 8;
+  struct Case {
+    DType type;
+    int64_t n;       // tokens
+    int32_t n_used;  // experts a token
+    bool per_slot;   // x [k, n_used, n] (the down projection) or [k, 1, n] (gate and up)
+    bool norm;
+    float scale;
+  };
+  const Case cases[] = {
+      {DType::F16, 1, 2, false, true, 0.f},    {DType::Q8_0, 5, 2, true, true, 0.f},
+      {DType::Q4_K, 17, 3, false, false, 0.f}, {DType::Q6_K, 1, 8, true, true, 2.5f},
+      {DType::Q4_0, 33, 2, true, true, 0.f},   {DType::IQ4_XS, 3, 4, false, true, 0.f},
+      {DType::IQ2_XS, 9, 2, true, true, 0.f},  {DType::F32, 64, 1, false, true, 0.f},
+  };
+  for (const Case& tc : cases) {
+    const uint32_t seed = static_cast<uint32_t>(tc.n * 31 + tc.n_used);
+    const std::vector<float> wf = randn(static_cast<size_t>(k * m * n_expert), seed);
+    const std::vector<uint8_t> wb = encode(tc.type, wf, m * n_expert, k);
+    const std::vector<float> wd = decode(tc.type, wb, k * m * n_expert);
+    const int64_t nx = tc.per_slot ? tc.n_used : 1;
+    const std::vector<float> xf = randn(static_cast<size_t>(k * nx * tc.n), seed + 1);
+    // Router logits; the last token's row is NaN but for one entry, so its route pads with -1
+    // (a token that chooses fewer experts than n_used) when n_used > 1.
+    std::vector<float> logits = randn(static_cast<size_t>(n_expert * tc.n), seed + 2, 2.f);
+    for (int64_t e = 1; e < n_expert; ++e)
+      logits[static_cast<size_t>((tc.n - 1) * n_expert + e)] = std::numeric_limits<float>::quiet_NaN();
+    // The reference: top n_used of each row (ties: lower index; NaN never), softmax weights.
+    std::vector<double> ref_y(static_cast<size_t>(m * tc.n_used * tc.n), 0.0),
+        ref_sum(static_cast<size_t>(m * tc.n), 0.0);
+    for (int64_t t = 0; t < tc.n; ++t) {
+      const float* l = &logits[static_cast<size_t>(t * n_expert)];
+      std::vector<int> order;
+      for (int e = 0; e < n_expert; ++e)
+        if (!std::isnan(l[e])) order.push_back(e);
+      std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return l[a] > l[b]; });
+      double z = 0;
+      for (int e : order) z += std::exp(static_cast<double>(l[e]));
+      std::vector<double> wts;
+      for (int j = 0; j < tc.n_used && j < static_cast<int>(order.size()); ++j)
+        wts.push_back(std::exp(static_cast<double>(l[order[static_cast<size_t>(j)]])) / z);
+      double wsum = 0;
+      for (double w : wts) wsum += w;
+      for (int j = 0; j < static_cast<int>(wts.size()); ++j) {
+        const int e = order[static_cast<size_t>(j)];
+        const float* xr = &xf[static_cast<size_t>((t * nx + (tc.per_slot ? j : 0)) * k)];
+        const double wj = wts[static_cast<size_t>(j)] / (tc.norm ? wsum : 1.0) * (tc.scale != 0.f ? tc.scale : 1.0);
+        for (int64_t i = 0; i < m; ++i) {
+          double s = 0;
+          for (int64_t q = 0; q < k; ++q)
+            s += static_cast<double>(wd[static_cast<size_t>((e * m + i) * k + q)]) * xr[q];
+          ref_y[static_cast<size_t>((t * tc.n_used + j) * m + i)] = s;
+          ref_sum[static_cast<size_t>(t * m + i)] += wj * s;
+        }
+      }
+    }
+    for_each_config([&](const Config& c) {
+      INFO(c.label, " ", quant::find_traits(tc.type)->name, " n=", tc.n, " n_used=", tc.n_used,
+           tc.per_slot ? " per slot" : " shared x");
+      for (bool sum : {false, true}) {
+        Graph g;
+        Tensor* w = g.input(tc.type, {k, m, n_expert}, "w");
+        Tensor* x = g.input(DType::F32, {k, nx, tc.n}, "x");
+        Tensor* l = g.input(DType::F32, {n_expert, tc.n}, "logits");
+        Tensor* route = g.top_k(l, tc.n_used, true);
+        Tensor* y = g.mul_mat_id(w, x, route, tc.n_used);
+        Tensor* out = sum ? g.moe_sum(y, route, tc.n_used, tc.norm, tc.scale) : y;
+        if (!c.backend->supports(*y) || !c.backend->supports(*out)) {
+          REQUIRE_MESSAGE(!c.cpu, "the CPU runs every op");
+          static std::set<std::string> said;  // (once per backend)
+          if (said.insert(c.label).second)
+            MESSAGE(c.label, ": no mul_mat_id/moe_sum kernels (an MoE model's experts run on the CPU there)");
+          return;
+        }
+        const std::vector<float> got =
+            run_graph(*c.backend, g, out, {{w, wb}, {x, bytes_of(xf)}, {l, bytes_of(logits)}});
+        const double bound = std::max(mul_mat_bound(c, tc.type, 1), mul_mat_bound(c, tc.type, tc.n * tc.n_used));
+        CHECK(nmse(got, sum ? ref_sum : ref_y) < bound);
+        if (!sum && tc.n_used > 1) {  // the padded slot of the last token: zeros
+          const size_t pad = static_cast<size_t>(((tc.n - 1) * tc.n_used + 1) * m);
+          CHECK(std::all_of(got.begin() + static_cast<std::ptrdiff_t>(pad),
+                            got.begin() + static_cast<std::ptrdiff_t>(pad + static_cast<size_t>(m)),
+                            [](float v) { return v == 0.f; }));
         }
       }
     });

@@ -215,6 +215,11 @@ TEST_CASE("vulkan: a sequence's greedy tokens do not depend on what shares its b
   check_batch_invariance("vulkan", "gguf/llama-draft-Q4_K_M.gguf", 12);
 }
 
+TEST_CASE("vulkan: an MoE model runs, its experts on the CPU: the CPU's greedy tokens and perplexity") {
+  if (!have_vulkan("moe")) return;
+  check_moe("vulkan", 1024);
+}
+
 TEST_CASE("vulkan: steps that bring back each row's top 64 logits (and some whole rows) match whole rows") {
   if (!have_vulkan("top-k outputs")) return;
   check_top_k_outputs("vulkan");

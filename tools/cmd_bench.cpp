@@ -161,7 +161,7 @@ int run_batched(const BenchArgs& a, const std::shared_ptr<const Model>& model, c
       std::cerr << "kite bench: " << ctx.error().message << "\n";
       return kExitFailure;
     }
-    report_auto_layers(**ctx, a.device, "kite bench");
+    report_placement(**ctx, a.device, "kite bench");
     ModelArgs margs;
     margs.threads = a.threads;
     margs.device = a.device;
@@ -412,7 +412,7 @@ int run_single(const BenchArgs& a, const std::shared_ptr<const Model>& model, co
     std::cerr << "kite bench: " << ctx.error().message << "\n";
     return kExitFailure;
   }
-  report_auto_layers(**ctx, a.device, "kite bench");
+  report_placement(**ctx, a.device, "kite bench");
   // The host's read bandwidth bounds CPU decode; a GPU's is measured by its own tool
   // (kite-cuda-bandwidth) and passed in with --bandwidth.
   const double bw = a.bandwidth > 0                    ? a.bandwidth

@@ -18,7 +18,10 @@ Result<int32_t> parse_gpu_layers(const std::string& text) {
   return n;
 }
 
-void report_auto_layers(const Context& c, const std::string& device, const char* who) {
+void report_placement(const Context& c, const std::string& device, const char* who) {
+  if (c.experts_on_cpu())
+    std::fprintf(stderr, "%s: %s has no kernels for the model's experts: they run on the CPU, the rest on %s\n", who,
+                 device.c_str(), device.c_str());
   const std::optional<int32_t> n = c.auto_gpu_layers();
   if (!n) return;
   const int64_t n_layer = c.model().hparams().n_layer;
@@ -166,7 +169,7 @@ Result<Loaded> load_model(const ModelArgs& a, int32_t n_seqs) {
   opts.dump_ops = a.dump_ops;
   opts.dump_dir = a.dump_dir;
   KITE_ASSIGN_OR_RETURN(l.ctx, Context::create(l.model, opts));
-  report_auto_layers(*l.ctx, a.device, "kite");
+  report_placement(*l.ctx, a.device, "kite");
   return l;
 }
 
@@ -232,7 +235,7 @@ Result<std::unique_ptr<Context>> load_draft(const SpecArgs& a, const ModelArgs& 
   opts.prefix_cache = !target_args.no_prefix_cache;
   auto ctx = Context::create(std::move(*model), opts);
   if (!ctx) return ctx.error().with_context("--draft " + a.draft);
-  report_auto_layers(**ctx, target_args.device, "kite: --draft");
+  report_placement(**ctx, target_args.device, "kite: --draft");
   return std::move(*ctx);
 }
 

@@ -41,8 +41,9 @@ void add_gpu_layers_flag(CLI::App* cmd, int32_t* layers);
 // "12" -> 12, "all" or "-1" -> -1, "auto" -> kGpuLayersAuto; anything else is an error naming
 // the text.
 Result<int32_t> parse_gpu_layers(const std::string& text);
-// With --gpu-layers auto, says on stderr (as `who`) what the context placed on `device`.
-void report_auto_layers(const Context& c, const std::string& device, const char* who);
+// Says on stderr (as `who`) what the context placed on `device` with --gpu-layers auto, and
+// whether an MoE model's experts run on the CPU.
+void report_placement(const Context& c, const std::string& device, const char* who);
 // --temp, --top-k, --top-p, --min-p, --typical, --repeat-penalty, --repeat-last-n,
 // --frequency-penalty, --presence-penalty, --seed.
 void add_sampling_flags(CLI::App* cmd, SamplerParams* p);

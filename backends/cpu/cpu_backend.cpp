@@ -53,6 +53,8 @@ Kernel kernel_for(Op op) {
     case Op::kAttention: return op_attention;
     case Op::kCopy: return op_copy;
     case Op::kTopK: return op_top_k;
+    case Op::kMulMatId: return op_mul_mat_id;
+    case Op::kMoeSum: return op_moe_sum;
     case Op::kAllReduce:  // (run by the backend itself, on the calling thread)
     case Op::kNone:
     case Op::kView: return nullptr;
@@ -83,7 +85,8 @@ class CpuBackend final : public Backend {
     if (n.op == Op::kNone || n.op == Op::kView) return true;
     if (n.op == Op::kAllReduce) return comm_ != nullptr && n.src[0]->type == DType::F32;
     if (kernel_for(n.op) == nullptr) return false;
-    if (n.op == Op::kMulMat || n.op == Op::kGetRows || n.op == Op::kCopy) return computable(n.src[0]->type);
+    if (n.op == Op::kMulMat || n.op == Op::kMulMatId || n.op == Op::kGetRows || n.op == Op::kCopy)
+      return computable(n.src[0]->type);
     if (n.op == Op::kKvWrite) return kv_type_ok(n.src[0]->type, n.src[0]->ne[0]);
     if (n.op == Op::kTopK) return n.src[0]->type == DType::F32 && n.src[0]->nb[0] == sizeof(float);
     if (n.op == Op::kAttention)  // Q8_0 needs whole blocks per head

@@ -45,6 +45,9 @@ struct KernelCtx {
   Barrier* barrier = nullptr;
   std::atomic<int64_t>* counter = nullptr;
   OneRowWay one_row = OneRowWay::kRows;
+  // Where in `shared` this op's bytes start (a mul_mat run inside a mul_mat_id: past the
+  // outer op's own).
+  size_t shared_offset = 0;
 };
 
 // Bytes of shared scratch an op needs (0 for most ops), run with `one_row`.
@@ -75,6 +78,10 @@ void op_rope(Tensor* dst, const KernelCtx& c);
 void op_kv_write(Tensor* dst, const KernelCtx& c);
 void op_attention(Tensor* dst, const KernelCtx& c);
 void op_top_k(Tensor* dst, const KernelCtx& c);
+void op_mul_mat_id(Tensor* dst, const KernelCtx& c);
+void op_moe_sum(Tensor* dst, const KernelCtx& c);
+// Shared scratch of a mul_mat_id (op_shared_bytes asks it).
+size_t mul_mat_id_shared_bytes(const Tensor* dst);
 
 // Row conversion helpers shared by kernels: any type -> F32, F32 -> F16/F32 storage.
 void row_to_f32(DType type, const void* src, float* dst, int64_t n);

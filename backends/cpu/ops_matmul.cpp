@@ -535,6 +535,7 @@ void quantize_act_q8k_scalar(const float* x, void* dst, int64_t k) {
 }
 
 size_t op_shared_bytes(const Tensor* dst, OneRowWay one_row) {
+  if (dst->op == Op::kMulMatId) return mul_mat_id_shared_bytes(dst);
   if (dst->op != Op::kMulMat) return 0;
   const Tensor* w = dst->src[0];
   const Tensor* x = dst->src[1];
@@ -623,7 +624,7 @@ void mul_mat_product(Tensor* dst, const KernelCtx& c) {
     act = reinterpret_cast<const uint8_t*>(scratch.data());
   } else {
     stride = act_row_bytes(f, k);
-    uint8_t* buf = c.shared->data();
+    uint8_t* buf = c.shared->data() + c.shared_offset;
     int64_t begin, end;
     split(n, c, &begin, &end);
     for (int64_t j = begin; j < end; ++j) quantize_row(j, buf + static_cast<size_t>(j) * stride);

@@ -153,6 +153,27 @@ Tensor* Graph::top_k(Tensor* a, int32_t k, bool log_sum_exp, Tensor* draw) {
   return t;
 }
 
+Tensor* Graph::mul_mat_id(Tensor* w, Tensor* x, Tensor* route, int32_t n_used) {
+  assert(w->ne[0] == x->ne[0] && w->ne[3] == 1 && x->type == DType::F32 && n_used >= 1 && n_used <= kMaxTopK);
+  assert((x->ne[1] == 1 || x->ne[1] == n_used) && x->ne[3] == 1);
+  assert(route->type == DType::F32 && route->ne[0] >= 2 * n_used + 1 && route->n_rows() == x->ne[2]);
+  Tensor* t = make(DType::F32, {w->ne[1], n_used, x->ne[2]}, Op::kMulMatId, w->name);
+  t->src = {w, x, route};
+  t->params.i[0] = n_used;
+  return t;
+}
+
+Tensor* Graph::moe_sum(Tensor* y, Tensor* route, int32_t n_used, bool norm, float scale) {
+  assert(y->type == DType::F32 && y->ne[1] == n_used && y->ne[3] == 1);
+  assert(route->type == DType::F32 && route->ne[0] >= 2 * n_used + 1 && route->n_rows() == y->ne[2]);
+  Tensor* t = make(DType::F32, {y->ne[0], y->ne[2]}, Op::kMoeSum, "moe_sum");
+  t->src = {y, route};
+  t->params.i[0] = n_used;
+  t->params.i[1] = norm ? 1 : 0;
+  t->params.f[0] = scale;
+  return t;
+}
+
 void Graph::visit(Tensor* t) {
   if (!visited_.insert(t).second) return;
   for (Tensor* s : t->src)

@@ -89,6 +89,19 @@ class Graph {
   // `draw` is I32 [4, rows] of raw words (pack_draw): T's float bits, 0, u's double bits.
   Tensor* top_k(Tensor* a, int32_t k, bool log_sum_exp, Tensor* draw = nullptr);
 
+  // Mixture of experts (llama.cpp's build_moe_ffn with softmax gating). `route` is
+  // top_k(router logits [n_expert, n], n_used, log_sum_exp = true): per token the n_used chosen
+  // experts, most probable first (an index of -1, a NaN row's padding, chooses none).
+  // mul_mat_id: per token t and slot j, expert route[t][j]'s matrix of `w` [k, m, n_expert]
+  // times x[:, j, t] (x [k, n_used, n]; x [k, 1, n]: the same column for every slot). Result F32
+  // [m, n_used, n] (zero for a slot that chose none).
+  Tensor* mul_mat_id(Tensor* w, Tensor* x, Tensor* route, int32_t n_used);
+  // moe_sum: y [m, n_used, n] summed over the slots with the router's probabilities, softmax
+  // over all n_expert logits (exp(value - log_sum_exp)); with `norm` divided by their sum over
+  // the chosen (at least 2^-14, as llama.cpp clamps it); times `scale` unless it is 0 or 1.
+  // Result F32 [m, n].
+  Tensor* moe_sum(Tensor* y, Tensor* route, int32_t n_used, bool norm, float scale);
+
   // Nodes made from now on are tagged with `layer` (Tensor::layer), so a graph can be split
   // across backends by model part. Starts at -1.
   void set_layer(int32_t layer) { layer_ = layer; }

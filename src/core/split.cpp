@@ -25,7 +25,8 @@ std::unique_ptr<Tensor> contiguous_like(const Tensor& t, std::string name) {
 }  // namespace
 
 Result<SplitGraph> SplitGraph::make(Graph& g, std::span<Backend* const> backends,
-                                    const std::function<int(int32_t layer)>& placement, size_t alignment) {
+                                    const std::function<int(int32_t layer)>& placement, int fallback,
+                                    size_t alignment) {
   SplitGraph sg;
   const int n_b = static_cast<int>(backends.size());
   if (n_b == 0) return make_error("graph split: no backends");
@@ -43,6 +44,7 @@ Result<SplitGraph> SplitGraph::make(Graph& g, std::span<Backend* const> backends
       b = placement(n->layer);
       if (b < 0 || b >= n_b)
         return make_error("graph split: layer ", n->layer, " is placed on backend ", b, ", but there are ", n_b);
+      if (fallback >= 0 && fallback < n_b && !backends[static_cast<size_t>(b)]->supports(*n)) b = fallback;
     }
     sg.node_backend_[n] = b;
     if (sg.splits_.empty() || sg.splits_.back().backend != b) sg.splits_.push_back(GraphSplit{b, {}, {}});

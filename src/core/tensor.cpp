@@ -19,6 +19,8 @@ const char* op_name(Op op) {
     case Op::kCopy: return "copy";
     case Op::kAllReduce: return "all_reduce";
     case Op::kTopK: return "top_k";
+    case Op::kMulMatId: return "mul_mat_id";
+    case Op::kMoeSum: return "moe_sum";
   }
   return "?";
 }

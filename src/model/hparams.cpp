@@ -3,7 +3,7 @@
 namespace kite {
 namespace {
 
-const char* const kSupported[] = {"llama", "qwen2", "qwen3"};
+const char* const kSupported[] = {"llama", "qwen2", "qwen3", "qwen3moe"};
 
 }  // namespace
 
@@ -14,12 +14,36 @@ Result<HParams> HParams::from(const WeightSource& src) {
   bool supported = false;
   for (const char* a : kSupported) supported |= hp.arch == a;
   if (!supported)
-    return make_error(src.path(), ": architecture '", hp.arch, "' is not supported (supported: llama, qwen2, qwen3)");
+    return make_error(src.path(), ": architecture '", hp.arch,
+                      "' is not supported (supported: llama, qwen2, qwen3, qwen3moe)");
   const std::string p = hp.arch + ".";
   KITE_ASSIGN_OR_RETURN(hp.n_embd, m.get_int(p + "embedding_length"));
   KITE_ASSIGN_OR_RETURN(hp.n_layer, m.get_int(p + "block_count"));
   KITE_ASSIGN_OR_RETURN(hp.n_head, m.get_int(p + "attention.head_count"));
-  KITE_ASSIGN_OR_RETURN(hp.n_ff, m.get_int(p + "feed_forward_length"));
+  if (m.has(p + "expert_count")) {
+    KITE_ASSIGN_OR_RETURN(hp.n_expert, m.get_int(p + "expert_count"));
+    KITE_ASSIGN_OR_RETURN(hp.n_expert_used, m.get_int(p + "expert_used_count"));
+  }
+  if (hp.arch == "qwen3moe" && hp.n_expert == 0)
+    return make_error(src.path(), ": a qwen3moe model without ", p, "expert_count");
+  if (hp.n_expert != 0 && (hp.n_expert < 1 || hp.n_expert_used < 1 || hp.n_expert_used > hp.n_expert ||
+                           hp.n_expert_used > kMaxTopK || hp.n_expert > (int64_t{1} << 24)))
+    return make_error(src.path(), ": inconsistent experts: ", hp.n_expert_used, " used of ", hp.n_expert, " (at most ",
+                      kMaxTopK, " used)");
+  // (feed_forward_length: the dense FFN's width; an MoE file may leave it out.)
+  if (hp.n_expert == 0 || m.has(p + "feed_forward_length")) {
+    KITE_ASSIGN_OR_RETURN(hp.n_ff, m.get_int(p + "feed_forward_length"));
+  }
+  if (hp.n_expert != 0) {
+    hp.n_ff_exp = hp.arch == "qwen3moe" ? hp.n_ff / hp.n_expert_used : hp.n_ff;  // (llama.cpp's defaults)
+    if (m.has(p + "expert_feed_forward_length")) {
+      KITE_ASSIGN_OR_RETURN(hp.n_ff_exp, m.get_int(p + "expert_feed_forward_length"));
+    }
+    if (m.has(p + "expert_weights_scale")) {
+      KITE_ASSIGN_OR_RETURN(const double scale, m.get_float(p + "expert_weights_scale"));
+      hp.expert_weights_scale = static_cast<float>(scale);
+    }
+  }
   hp.n_head_kv = m.has(p + "attention.head_count_kv") ? *m.get_int(p + "attention.head_count_kv") : hp.n_head;
   hp.n_ctx_train = m.has(p + "context_length") ? *m.get_int(p + "context_length") : 4096;
   if (hp.n_head <= 0 || hp.n_head_kv <= 0 || hp.n_head % hp.n_head_kv != 0 || hp.n_embd <= 0 || hp.n_layer <= 0)

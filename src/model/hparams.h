@@ -11,7 +11,7 @@
 namespace kite {
 
 struct HParams {
-  std::string arch;          // "llama", "qwen2", "qwen3"
+  std::string arch;          // "llama", "qwen2", "qwen3", "qwen3moe"
   int64_t n_vocab = 0;
   int64_t n_embd = 0;
   int64_t n_layer = 0;
@@ -19,6 +19,12 @@ struct HParams {
   int64_t n_head_kv = 0;
   int64_t head_dim = 0;
   int64_t n_ff = 0;
+  // Mixture of experts (llama with expert_count, e.g. Mixtral; qwen3moe): n_expert > 0. Each
+  // token's FFN is the n_expert_used most probable of n_expert experts of width n_ff_exp.
+  int64_t n_expert = 0;
+  int64_t n_expert_used = 0;
+  int64_t n_ff_exp = 0;
+  float expert_weights_scale = 0.f;  // the chosen experts' weights times this (0: not scaled)
   int64_t n_ctx_train = 0;
   float rms_eps = 1e-5f;
   RopeParams rope;

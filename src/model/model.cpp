@@ -1,5 +1,6 @@
-// Loading a model's weights and building its forward graph (llama, qwen2, qwen3 share it:
-// qwen2 adds Q/K/V biases, qwen3 per-head Q/K RMS norms).
+// Loading a model's weights and building its forward graph (llama, qwen2, qwen3, qwen3moe share
+// it: qwen2 adds Q/K/V biases, qwen3 per-head Q/K RMS norms; a mixture-of-experts FFN replaces
+// the dense one in qwen3moe and in llama files with experts, e.g. Mixtral).
 #include "src/model/model.h"
 
 #include <algorithm>
@@ -66,8 +67,9 @@ Result<Tensor*> Model::weight(const std::string& name, bool required) {
 
 Status Model::load_weights(const LoadOptions& opts) {
   const HParams& hp = hp_;
-  // The lookups below: 4 model-wide tensors and 14 per layer.
-  constexpr size_t kGlobalLookups = 4, kLayerLookups = 14;
+  // The lookups below: 4 model-wide tensors and 14 per layer (15 with experts).
+  constexpr size_t kGlobalLookups = 4;
+  const size_t kLayerLookups = hp.n_expert > 0 ? 15 : 14;
   load_opts_ = &opts;
   load_done_ = 0;
   load_total_ = kGlobalLookups + kLayerLookups * static_cast<size_t>(std::max<int64_t>(hp.n_layer, 0));
@@ -93,6 +95,12 @@ Status Model::load_weights(const LoadOptions& opts) {
                         "], expected [", ne0, ", ", ne1, "]");
     return ok_status();
   };
+  auto expect3 = [&](Tensor* t, int64_t ne0, int64_t ne1, int64_t ne2) -> Status {
+    if (t->ne[0] != ne0 || t->ne[1] != ne1 || t->ne[2] != ne2 || t->ne[3] != 1)
+      return make_error(source_->path(), ": tensor '", t->name, "' has shape [", t->ne[0], ", ", t->ne[1], ", ",
+                        t->ne[2], ", ", t->ne[3], "], expected [", ne0, ", ", ne1, ", ", ne2, "]");
+    return ok_status();
+  };
   KITE_TRY(expect(tok_embd_, hp.n_embd, hp.n_vocab));
   KITE_TRY(expect(output_, hp.n_embd, hp.n_vocab));
   layers_.resize(static_cast<size_t>(hp.n_layer));
@@ -110,9 +118,20 @@ Status Model::load_weights(const LoadOptions& opts) {
     KITE_ASSIGN_OR_RETURN(l.q_norm, weight(b + "attn_q_norm.weight", false));
     KITE_ASSIGN_OR_RETURN(l.k_norm, weight(b + "attn_k_norm.weight", false));
     KITE_ASSIGN_OR_RETURN(l.ffn_norm, weight(b + "ffn_norm.weight"));
-    KITE_ASSIGN_OR_RETURN(l.w_gate, weight(b + "ffn_gate.weight"));
-    KITE_ASSIGN_OR_RETURN(l.w_up, weight(b + "ffn_up.weight"));
-    KITE_ASSIGN_OR_RETURN(l.w_down, weight(b + "ffn_down.weight"));
+    if (hp.n_expert > 0) {
+      KITE_ASSIGN_OR_RETURN(l.ffn_gate_inp, weight(b + "ffn_gate_inp.weight"));
+      KITE_ASSIGN_OR_RETURN(l.ffn_gate_exps, weight(b + "ffn_gate_exps.weight"));
+      KITE_ASSIGN_OR_RETURN(l.ffn_up_exps, weight(b + "ffn_up_exps.weight"));
+      KITE_ASSIGN_OR_RETURN(l.ffn_down_exps, weight(b + "ffn_down_exps.weight"));
+      KITE_TRY(expect(l.ffn_gate_inp, hp.n_embd, hp.n_expert));
+      KITE_TRY(expect3(l.ffn_gate_exps, hp.n_embd, hp.n_ff_exp, hp.n_expert));
+      KITE_TRY(expect3(l.ffn_up_exps, hp.n_embd, hp.n_ff_exp, hp.n_expert));
+      KITE_TRY(expect3(l.ffn_down_exps, hp.n_ff_exp, hp.n_embd, hp.n_expert));
+    } else {
+      KITE_ASSIGN_OR_RETURN(l.w_gate, weight(b + "ffn_gate.weight"));
+      KITE_ASSIGN_OR_RETURN(l.w_up, weight(b + "ffn_up.weight"));
+      KITE_ASSIGN_OR_RETURN(l.w_down, weight(b + "ffn_down.weight"));
+    }
     KITE_TRY(expect(l.wq, hp.n_embd, q_dim));
     KITE_TRY(expect(l.wk, hp.n_embd, kv_dim));
     KITE_TRY(expect(l.wv, hp.n_embd, kv_dim));
@@ -188,6 +207,17 @@ Tensor* Model::build_forward(Graph& g, const ForwardInputs& in, const KvTensors&
     x = nm(g.add(x, reduce(nm(g.mul_mat(l.wo, a), il, "attn_out"))), il, "attn_res");
     // Feed-forward block: x += W_down · (silu(W_gate·h) * W_up·h), h = norm(x).
     h = nm(g.rms_norm(x, l.ffn_norm, hp.rms_eps), il, "ffn_norm");
+    if (l.ffn_gate_inp != nullptr) {  // the same with each token's chosen experts, weighted
+      const auto n_used = static_cast<int32_t>(hp.n_expert_used);
+      Tensor* route = nm(g.top_k(nm(g.mul_mat(l.ffn_gate_inp, h), il, "router"), n_used, true), il, "route");
+      Tensor* hx = g.reshape(h, {hp.n_embd, 1, n});
+      Tensor* f = nm(g.swiglu(nm(g.mul_mat_id(l.ffn_gate_exps, hx, route, n_used), il, "gate_exps"),
+                              nm(g.mul_mat_id(l.ffn_up_exps, hx, route, n_used), il, "up_exps")),
+                     il, "swiglu_exps");
+      Tensor* y = nm(g.mul_mat_id(l.ffn_down_exps, f, route, n_used), il, "down_exps");
+      x = nm(g.add(x, nm(g.moe_sum(y, route, n_used, true, hp.expert_weights_scale), il, "ffn_out")), il, "ffn_res");
+      continue;
+    }
     Tensor* f = nm(g.swiglu(nm(g.mul_mat(l.w_gate, h), il, "gate"), nm(g.mul_mat(l.w_up, h), il, "up")), il, "swiglu");
     x = nm(g.add(x, reduce(nm(g.mul_mat(l.w_down, f), il, "ffn_out"))), il, "ffn_res");
   }
@@ -218,8 +248,9 @@ size_t Model::weight_bytes(const std::function<bool(int32_t layer)>& part,
   for (size_t il = 0; il < layers.size(); ++il) {
     if (!part(static_cast<int32_t>(il))) continue;
     const LayerWeights& l = layers[il];
-    for (const Tensor* t : {l.attn_norm, l.wq, l.wk, l.wv, l.wo, l.bq, l.bk, l.bv, l.q_norm, l.k_norm, l.ffn_norm,
-                            l.w_gate, l.w_up, l.w_down})
+    for (const Tensor* t :
+         {l.attn_norm, l.wq, l.wk, l.wv, l.wo, l.bq, l.bk, l.bv, l.q_norm, l.k_norm, l.ffn_norm, l.w_gate, l.w_up,
+          l.w_down, l.ffn_gate_inp, l.ffn_gate_exps, l.ffn_up_exps, l.ffn_down_exps})
       add(t);
     add(rope_freqs_);
   }

@@ -35,6 +35,11 @@ struct LayerWeights {
   Tensor* w_gate = nullptr;     // (n_embd, n_ff)
   Tensor* w_up = nullptr;       // (n_embd, n_ff)
   Tensor* w_down = nullptr;     // (n_ff, n_embd)
+  // Mixture of experts (instead of w_gate/w_up/w_down): the router and the stacked experts.
+  Tensor* ffn_gate_inp = nullptr;   // (n_embd, n_expert)
+  Tensor* ffn_gate_exps = nullptr;  // (n_embd, n_ff_exp, n_expert)
+  Tensor* ffn_up_exps = nullptr;    // (n_embd, n_ff_exp, n_expert)
+  Tensor* ffn_down_exps = nullptr;  // (n_ff_exp, n_embd, n_expert)
 };
 
 // The per-step inputs of the forward graph (I32 leaves the context fills before each run).
@@ -93,6 +98,9 @@ class Model {
   // rank's KV heads, rank_hparams(world)).
   Tensor* build_forward(Graph& g, const ForwardInputs& in, const KvTensors& kv,
                         OutputKind kind = OutputKind::kLogits, TpRank tp = {}) const;
+
+  // Whether `t` is a mixture-of-experts layer's stacked experts (ffn_{gate,up,down}_exps).
+  static bool is_expert_weight(const Tensor& t) { return t.name.find("_exps.") != std::string::npos; }
 
   // Whether the model splits over `world` ranks: heads, KV heads and FFN width divisible by it,
   // and the attention-output and FFN-down slices whole blocks of their weight types.

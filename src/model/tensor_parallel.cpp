@@ -46,6 +46,7 @@ HParams Model::rank_hparams(int32_t world) const {
 Status Model::check_tensor_parallel(int32_t world) const {
   if (world < 1) return make_error("tensor parallelism: ", world, " ranks (expected 1 or more)");
   if (world == 1) return ok_status();
+  if (hp_.n_expert > 0) return make_error("tensor parallelism: not supported for mixture-of-experts models (yet)");
   auto divides = [&](int64_t v, const char* what) -> Status {
     if (v % world == 0) return ok_status();
     return make_error("tensor parallelism over ", world, " ranks: the model's ", what, " (", v,

@@ -108,8 +108,21 @@ Status Context::open_backends() {
     KITE_ASSIGN_OR_RETURN(auto cpu, create_backend("cpu", bo));
     backends_.push_back(std::move(cpu));
   }
+  // An MoE model's experts where the device has no kernels for them run on the CPU, beside
+  // each layer's attention on the device (SplitGraph's fallback): a CPU backend joins a
+  // whole-model device context.
+  const bool whole_on_device = !split && n < 0;
+  if (!backends_.back()->is_host() && !experts_supported(*backends_.back())) {
+    if (whole_on_device) {
+      KITE_ASSIGN_OR_RETURN(auto cpu, create_backend("cpu", bo));
+      backends_.insert(backends_.begin(), std::move(cpu));
+    }
+    fallback_ = 0;
+  }
   for (auto& b : backends_) backend_ptrs_.push_back(b.get());
-  if (opts_.placement) {
+  if (whole_on_device && fallback_ == 0) {
+    placement_ = [](int32_t) { return 1; };
+  } else if (opts_.placement) {
     placement_ = opts_.placement;
     for (int32_t l = -1; l <= static_cast<int32_t>(n_layer); ++l)
       if (const int b = placement_(l); b < 0 || b > 1)
@@ -143,8 +156,26 @@ size_t Context::device_bytes(const Backend& dev, int64_t k, bool embedding) cons
       n_blocks > 0 ? KvCache::layer_bytes(hp, opts_.kv_type, static_cast<int32_t>(bs), n_blocks) : 0;
   const int64_t first = hp.n_layer - k;
   return model_->weight_bytes([&](int32_t l) { return (k > 0 && l >= first) || (embedding && l < 0); },
-                              [&](const Tensor& t) { return dev.holds_weight(t); }) +
+                              [&](const Tensor& t) { return dev.holds_weight(t) || on_cpu(dev, t); }) +
          static_cast<size_t>(k) * kv_layer;
+}
+
+// Whether `dev` runs the model's experts (mul_mat_id of its expert weights' type; true for a
+// dense model).
+bool Context::experts_supported(const Backend& dev) const {
+  const TensorInfo* w = model_->source().find_tensor("blk.0.ffn_up_exps.weight");
+  if (w == nullptr || w->ne.size() != 3) return true;
+  Graph g;
+  Tensor* we = g.input(w->type, {w->ne[0], w->ne[1], w->ne[2]}, "w");
+  Tensor* x = g.input(DType::F32, {w->ne[0], 1, 1}, "x");
+  Tensor* route = g.input(DType::F32, {3, 1}, "route");
+  return dev.supports(*g.mul_mat_id(we, x, route, 1));
+}
+
+// Weights that `dev` does not hold though their layer is placed on it: experts that run on
+// the CPU (open_backends).
+bool Context::on_cpu(const Backend& dev, const Tensor& t) const {
+  return !dev.is_host() && Model::is_expert_weight(t) && !experts_supported(dev);
 }
 
 // --gpu-layers auto: -1 where the whole model fits in `dev`'s free memory (or `dev` has none of
@@ -190,7 +221,7 @@ Status Context::check_device_memory() const {
     const std::optional<MemoryInfo> mem = backends_[b]->memory_info();
     if (!mem) continue;
     // (Weights the device already holds for another context cost nothing more.)
-    auto held = [&](const Tensor& t) { return backends_[b]->holds_weight(t); };
+    auto held = [&](const Tensor& t) { return backends_[b]->holds_weight(t) || on_cpu(*backends_[b], t); };
     // Bytes the device holds when the parts that `on` selects run there.
     auto need = [&](const std::function<bool(int32_t)>& on, int64_t* layers) {
       int64_t n = 0;
@@ -253,7 +284,7 @@ Result<Context::Step*> Context::step_for(int64_t n_tokens, int64_t n_outputs, Ou
       }
       if (world > 1) s->backends = {backend_ptrs_[static_cast<size_t>(r)]};
       else s->backends = backend_ptrs_;
-      KITE_ASSIGN_OR_RETURN(s->split, SplitGraph::make(g, s->backends, placement_));
+      KITE_ASSIGN_OR_RETURN(s->split, SplitGraph::make(g, s->backends, placement_, world > 1 ? -1 : fallback_));
       for (const GraphSplit& sp : s->split.splits()) {
         const Backend& be = *s->backends[static_cast<size_t>(sp.backend)];
         for (const Tensor* n : sp.nodes)

@@ -131,6 +131,8 @@ class Context {
   int placement(int32_t layer) const { return placement_(layer); }
   // With gpu_layers kGpuLayersAuto: the count it chose (-1: the whole model on the device).
   std::optional<int32_t> auto_gpu_layers() const { return auto_layers_; }
+  // Whether an MoE model's experts run on the CPU because the device has no kernels for them.
+  bool experts_on_cpu() const { return fallback_ >= 0; }
   // Copies between backends so far, and the splits / copies of the last step's graph.
   const SplitStats& split_stats() const { return split_stats_; }
   int last_splits() const { return last_splits_; }
@@ -146,6 +148,8 @@ class Context {
   std::pair<int64_t, int64_t> kv_blocks() const;
   size_t device_bytes(const Backend& dev, int64_t k, bool embedding = false) const;
   int32_t layers_that_fit(const Backend& dev) const;
+  bool experts_supported(const Backend& dev) const;
+  bool on_cpu(const Backend& dev, const Tensor& t) const;
   Result<Step*> step_for(int64_t n_tokens, int64_t n_outputs, OutputKind kind, OutputTopK top_k);
   Status dump_op(const Tensor& n, Backend& backend, int step_no);
   // A step input's host bytes; upload_inputs() sends a step's inputs to backend `b` in as few
@@ -172,6 +176,7 @@ class Context {
   std::vector<std::unique_ptr<Backend>> backends_;
   std::vector<Backend*> backend_ptrs_;
   std::function<int(int32_t layer)> placement_;
+  int fallback_ = -1;  // where nodes their backend lacks run (0: the CPU, for MoE experts), or -1
   std::optional<int32_t> auto_layers_;  // (auto_gpu_layers)
   std::unique_ptr<KvCache> kv_;
   // (tokens, outputs, kind, top k, with log-sum-exp, with draws, whole rows beside the top k)

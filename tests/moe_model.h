@@ -1,0 +1,36 @@
+// kite/tests/moe_model.h — a mixture-of-experts test model made from a trained dense one.
+//
+// The shared test data has no MoE model, so the MoE tests "upcycle" a dense GGUF (F16/F32
+// tensors): every layer's FFN becomes n_expert experts, each the dense FFN with its output rows
+// scaled by its own factors in [1 - spread, 1 + spread] (so the experts differ and the routing
+// matters, while the text stays what the trained model says), and a router with uniform random
+// weights whose logits spread about `router_std`. qwen3 becomes qwen3moe; llama stays llama
+// with expert keys (Mixtral's layout). Deterministic (its own generator): the same input and
+// options give the same bytes, so llama.cpp's numbers for the file can be kept
+// (tests/data/README.md says how they were made; tests/data/make_moe.cpp is the command line).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "src/base/status.h"
+
+namespace kite::test {
+
+struct MoeUpcycle {
+  int n_expert = 4;
+  int n_used = 2;
+  float spread = 0.25f;
+  float router_std = 2.f;
+  uint32_t seed = 1;
+};
+
+Status upcycle_to_moe(const std::string& dense_gguf, const std::string& out_gguf, const MoeUpcycle& o = {});
+
+// (kite-tests only, test_moe.cpp.) tests/data/moe-reference.json, and the test model `name` of
+// it made once per process (a path under the build tree); fails the test unless its bytes are
+// those llama.cpp's numbers were measured on.
+std::string moe_reference_path();
+std::string moe_test_file(const std::string& name);
+
+}  // namespace kite::test

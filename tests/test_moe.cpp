@@ -1,0 +1,130 @@
+// Mixture-of-experts models (qwen3moe; llama with experts, Mixtral's layout) against llama.cpp
+// on the same files: the test models upcycled from the trained dense ones (tests/moe_model.h),
+// whose llama.cpp numbers are in tests/data/moe-reference.json. (The ops themselves:
+// test_ops.cpp; on the GPU backends: gpu_checks.h's check_moe.)
+#include <doctest/doctest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <limits>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "src/runtime/context.h"
+#include "tests/gpu_checks.h"
+#include "tests/moe_model.h"
+#include "tests/process.h"
+
+using namespace kite;
+using namespace kite::test;
+
+namespace {
+
+nlohmann::json moe_reference() {
+  return nlohmann::json::parse(read_file(moe_reference_path()));
+}
+
+std::string fnv1a64(const std::string& bytes) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char b : bytes) h = (h ^ b) * 0x100000001b3ull;
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
+  return buf;
+}
+
+}  // namespace
+
+std::string kite::test::moe_reference_path() {
+  return std::string(KITE_SOURCE_DIR) + "/tests/data/moe-reference.json";
+}
+
+std::string kite::test::moe_test_file(const std::string& name) {
+  static std::map<std::string, std::string> made;
+  if (auto it = made.find(name); it != made.end()) return it->second;
+  const auto ref = moe_reference()[name];
+  const std::string path = (scratch_dir("moe-" + std::to_string(getpid()) + "-" + name) / name).string();
+  const Status st = upcycle_to_moe(testdata(ref["upcycled_from"].get<std::string>()), path);
+  REQUIRE_MESSAGE(st.ok(), name, ": ", (st.ok() ? std::string() : st.error().message));
+  const std::string hash = fnv1a64(read_file(path));
+  REQUIRE_MESSAGE(hash == ref["fnv1a64"].get<std::string>(), name, " is not the file moe-reference.json measured (",
+                  hash, "): remake the reference (tests/data/README.md)");
+  return made[name] = path;
+}
+
+namespace {
+
+// llama.cpp's BOS-rendered greedy output as `kite run` prints it (prompt without the BOS).
+std::string without_bos(std::string s) {
+  const std::string bos = "<|begin_of_text|>";
+  if (s.rfind(bos, 0) == 0) s = s.substr(bos.size());
+  return s;
+}
+
+double kite_perplexity(const std::string& path) {
+  auto r = run_kite({"perplexity", "-m", path, "-f", testdata("heldout.txt"), "-c", "256"});
+  REQUIRE_MESSAGE(r.exit_code == 0, path, ": ", r.err);
+  const size_t at = r.out.find("perplexity: ");
+  REQUIRE_MESSAGE(at != std::string::npos, r.out);
+  return std::stod(r.out.substr(at + 12));
+}
+
+}  // namespace
+
+TEST_CASE("moe: qwen3moe and llama with experts give llama.cpp's perplexity and greedy text") {
+  const auto ref = moe_reference();
+  for (const char* name : {"qwen3moe-tiny.gguf", "llama-draft-moe.gguf"}) {
+    const std::string path = moe_test_file(name);
+    const auto& r = ref[name];
+    const double ppl = kite_perplexity(path), want = r["ppl_ctx256"].get<double>();
+    MESSAGE(std::string(name), ": ppl ", ppl, " (llama.cpp ", want, ")");
+    CHECK_MESSAGE(std::fabs(ppl / want - 1) < 0.001, name);
+    auto out = run_kite({"run", "-m", path, "-p", r["greedy32_prompt"], "-n", "32", "--temp", "0"});
+    REQUIRE_MESSAGE(out.exit_code == 0, out.err);
+    CHECK_MESSAGE(out.out == without_bos(r["greedy32_output"]), name);
+  }
+}
+
+TEST_CASE("moe: kite quantize makes llama-quantize's Q4_K_M of an MoE model, perplexity within 1%") {
+  const auto ref = moe_reference()["qwen3moe-tiny-Q4_K_M.gguf"];
+  const std::string src = moe_test_file("qwen3moe-tiny.gguf");
+  const std::string out = (scratch_dir("moe-q4km-" + std::to_string(getpid())) / "q4km.gguf").string();
+  auto q = run_kite({"quantize", src, out, "Q4_K_M"});
+  REQUIRE_MESSAGE(q.exit_code == 0, q.err);
+  auto f = gguf::File::open(out);
+  REQUIRE(f.ok());
+  CHECK(f->file_size() == ref["bytes"].get<uint64_t>());
+  CHECK(*f->metadata().get_int("general.file_type") == ref["file_type"].get<int64_t>());
+  CHECK(f->tensors().size() == ref["tensor_types"].size());
+  for (const auto& t : f->tensors()) {
+    INFO(t.name);
+    REQUIRE(ref["tensor_types"].contains(t.name));
+    std::string want = ref["tensor_types"][t.name];
+    std::string got(quant::find_traits(t.type)->name);
+    std::transform(want.begin(), want.end(), want.begin(), ::tolower);
+    std::transform(got.begin(), got.end(), got.begin(), ::tolower);
+    CHECK(got == want);
+  }
+  const double ppl = kite_perplexity(out), want = ref["ppl_ctx256"].get<double>();
+  MESSAGE("kite's Q4_K_M: ppl ", ppl, " (llama-quantize's, by llama.cpp: ", want, ")");
+  CHECK(std::fabs(ppl / want - 1) < 0.01);
+}
+
+TEST_CASE("moe: a sequence's greedy tokens do not depend on what shares its batch") {
+  check_batch_invariance("cpu", load_model_at(moe_test_file("qwen3moe-tiny.gguf"), "qwen3moe-tiny"), 12);
+}
+
+TEST_CASE("moe: inconsistent experts are errors naming the problem") {
+  const std::string dir = scratch_dir("moe-bad-" + std::to_string(getpid())).string();
+  MoeUpcycle o;
+  o.n_expert = 2;
+  o.n_used = 3;
+  REQUIRE(upcycle_to_moe(testdata("gguf/qwen3-tiny-f16.gguf"), dir + "/bad.gguf", o).ok());
+  auto r = run_kite({"run", "-m", dir + "/bad.gguf", "-p", "hi", "-n", "1"});
+  CHECK(r.exit_code == 1);
+  CHECK(r.err.find("inconsistent experts: 3 used of 2") != std::string::npos);
+  // Tensor parallelism does not split experts (yet): refused at load, not a wrong answer.
+  auto tp =
+      run_kite({"run", "-m", moe_test_file("qwen3moe-tiny.gguf"), "-p", "hi", "-n", "1", "--tensor-parallel", "2"});
+  CHECK(tp.exit_code != 0);
+  CHECK(tp.err.find("mixture-of-experts") != std::string::npos);
+}
