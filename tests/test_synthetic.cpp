@@ -123,6 +123,26 @@ TEST_CASE("synthetic: qwen2-7b and qwen3-8b are Qwen2.5-7B and Qwen3-8B, with th
   }
 }
 
+TEST_CASE("synthetic: qwen3-30b-a3b is Qwen3-30B-A3B: 128 experts of 768, 8 a token, heads of 128") {
+  auto plan = plan_synthetic("qwen3-30b-a3b", "q4_K_M");
+  REQUIRE_MESSAGE(plan.ok(), (plan.ok() ? std::string() : plan.error().message));
+  CHECK(plan->shape->arch == "qwen3moe");
+  CHECK(find(*plan, "blk.0.attn_q.weight").ne == std::vector<int64_t>{2048, 4096});
+  CHECK(find(*plan, "blk.0.attn_k.weight").ne == std::vector<int64_t>{2048, 512});
+  CHECK(find(*plan, "blk.0.attn_k_norm.weight").ne == std::vector<int64_t>{128});
+  CHECK(find(*plan, "blk.47.ffn_gate_inp.weight").type == quant::Type::F32);
+  CHECK(find(*plan, "blk.47.ffn_gate_inp.weight").ne == std::vector<int64_t>{2048, 128});
+  CHECK(find(*plan, "blk.0.ffn_up_exps.weight").ne == std::vector<int64_t>{2048, 768, 128});
+  CHECK(find(*plan, "blk.0.ffn_down_exps.weight").ne == std::vector<int64_t>{768, 2048, 128});
+  int64_t params = 0;
+  for (const auto& t : plan->tensors) params += t.n_elements();
+  CHECK(static_cast<double>(params) == doctest::Approx(30.53e9).epsilon(0.005));
+  // The published Q4_K_M file is 18.6 GB.
+  const double gb = static_cast<double>(plan->total_bytes) / 1e9;
+  MESSAGE("qwen3-30b-a3b q4_K_M: ", gb, " GB");
+  CHECK(gb == doctest::Approx(18.6).epsilon(0.02));
+}
+
 TEST_CASE("synthetic: a ggml type puts every matrix in it, unknown shapes and types are errors") {
   for (const char* shape : {"llama-1b", "llama-3b", "llama-8b"}) {
     for (const auto& [name, type] : {std::pair{"q4_0", quant::Type::Q4_0}, std::pair{"Q8_0", quant::Type::Q8_0},
@@ -153,7 +173,8 @@ TEST_CASE("synthetic: a ggml type puts every matrix in it, unknown shapes and ty
   auto bad_shape = plan_synthetic("llama-2b", "q4_0");
   REQUIRE_FALSE(bad_shape.ok());
   CHECK(bad_shape.error().message ==
-        "unknown synthetic model 'llama-2b' (known: tiny, llama-1b, llama-3b, llama-8b, qwen2-7b, qwen3-8b)");
+        "unknown synthetic model 'llama-2b' (known: tiny, llama-1b, llama-3b, llama-8b, qwen2-7b, qwen3-8b, "
+        "qwen3-30b-a3b)");
   auto bad_type = plan_synthetic("llama-1b", "q9_9");
   REQUIRE_FALSE(bad_type.ok());
   CHECK(bad_type.error().message.find("unknown weight type 'q9_9'") == 0);

@@ -280,7 +280,7 @@ int run_batched(const BenchArgs& a, const std::shared_ptr<const Model>& model, c
 }
 
 // What a model weighs: every tensor, and what one decode step reads (all but a token embedding
-// that is not also the output matrix).
+// that is not also the output matrix; of a mixture of experts, the share of experts a token uses).
 struct ModelSize {
   std::string name;
   uint64_t weight_bytes = 0, decode_bytes = 0, params = 0;
@@ -329,10 +329,15 @@ int run_bench(const BenchArgs& a) {
     if (a.n_prompt == 0 && a.n_gen == 0) return kExitOk;
   }
   uint64_t weight_bytes = 0, decode_bytes = 0, params = 0;
+  double expert_share = 1;
+  if (auto hp = HParams::from(*source); hp && hp->n_expert > 0)
+    expert_share = static_cast<double>(hp->n_expert_used) / static_cast<double>(hp->n_expert);
   for (const auto& t : source->tensors()) {
     weight_bytes += t.nbytes;
     params += static_cast<uint64_t>(t.n_elements());
-    if (t.name != "token_embd.weight" || source->find_tensor("output.weight") == nullptr) decode_bytes += t.nbytes;
+    if (t.name == "token_embd.weight" && source->find_tensor("output.weight") != nullptr) continue;
+    const bool expert = t.name.find("_exps.") != std::string::npos;
+    decode_bytes += expert ? static_cast<uint64_t>(static_cast<double>(t.nbytes) * expert_share) : t.nbytes;
   }
   const std::string name = source->path();
   std::vector<int32_t> text;

@@ -17,6 +17,7 @@ const std::vector<SyntheticShape>& synthetic_shapes() {
       {"llama-8b", 128256, 4096, 32, 32, 8, 14336, 500000.f},
       {"qwen2-7b", 152064, 3584, 28, 28, 4, 18944, 1000000.f, "qwen2"},
       {"qwen3-8b", 151936, 4096, 36, 32, 8, 12288, 1000000.f, "qwen3"},
+      {"qwen3-30b-a3b", 151936, 2048, 48, 32, 4, 6144, 1000000.f, "qwen3moe", 128, 128, 8, 768},
   };
   return shapes;
 }
@@ -39,8 +40,16 @@ void set_hparams(gguf::Metadata& m, const SyntheticShape& s, const std::string& 
   m.set(a + "attention.head_count_kv", static_cast<uint32_t>(s.n_head_kv));
   m.set(a + "rope.freq_base", s.rope_theta);
   m.set(a + "attention.layer_norm_rms_epsilon", 1e-5f);
-  m.set(a + "rope.dimension_count", static_cast<uint32_t>(s.n_embd / s.n_head));
+  const int64_t hd = s.head_dim > 0 ? s.head_dim : s.n_embd / s.n_head;
+  m.set(a + "rope.dimension_count", static_cast<uint32_t>(hd));
+  m.set(a + "attention.key_length", static_cast<uint32_t>(hd));
+  m.set(a + "attention.value_length", static_cast<uint32_t>(hd));
   m.set(a + "vocab_size", static_cast<uint32_t>(s.n_vocab));
+  if (s.n_expert > 0) {
+    m.set(a + "expert_count", static_cast<uint32_t>(s.n_expert));
+    m.set(a + "expert_used_count", static_cast<uint32_t>(s.n_expert_used));
+    m.set(a + "expert_feed_forward_length", static_cast<uint32_t>(s.n_ff_exp));
+  }
 }
 
 // A placeholder SentencePiece vocabulary so llama.cpp loads the file: specials, 256 byte
@@ -79,15 +88,15 @@ void set_vocab(gguf::Metadata& m, int64_t n_vocab) {
   m.set("tokenizer.ggml.unknown_token_id", uint32_t{0});
 }
 
-// The tensors of a llama model (and qwen2's biases, qwen3's head norms) in GGUF order; matrices
-// get `matrix_type`, norms and biases F32.
+// The tensors of a llama model (and qwen2's biases, qwen3's head norms, qwen3moe's experts) in
+// GGUF order; matrices get `matrix_type`, norms, biases and MoE routers F32.
 std::vector<gguf::TensorInfo> llama_tensors(const SyntheticShape& s, quant::Type matrix_type) {
   std::vector<gguf::TensorInfo> ts;
-  const int64_t hd = s.n_embd / s.n_head;
+  const int64_t hd = s.head_dim > 0 ? s.head_dim : s.n_embd / s.n_head;
   auto add = [&](std::string name, std::vector<int64_t> ne) {
     gguf::TensorInfo t;
     t.name = std::move(name);
-    t.type = ne.size() == 1 ? quant::Type::F32 : matrix_type;
+    t.type = ne.size() == 1 || t.name.find("ffn_gate_inp") != std::string::npos ? quant::Type::F32 : matrix_type;
     t.ne = std::move(ne);
     ts.push_back(std::move(t));
   };
@@ -102,12 +111,19 @@ std::vector<gguf::TensorInfo> llama_tensors(const SyntheticShape& s, quant::Type
       add(b + "attn_q.bias", {s.n_head * hd});
       add(b + "attn_k.bias", {s.n_head_kv * hd});
       add(b + "attn_v.bias", {s.n_head_kv * hd});
-    } else if (s.arch == "qwen3") {
+    } else if (s.arch == "qwen3" || s.arch == "qwen3moe") {
       add(b + "attn_q_norm.weight", {hd});
       add(b + "attn_k_norm.weight", {hd});
     }
     add(b + "attn_output.weight", {s.n_head * hd, s.n_embd});
     add(b + "ffn_norm.weight", {s.n_embd});
+    if (s.n_expert > 0) {
+      add(b + "ffn_gate_inp.weight", {s.n_embd, s.n_expert});
+      add(b + "ffn_gate_exps.weight", {s.n_embd, s.n_ff_exp, s.n_expert});
+      add(b + "ffn_up_exps.weight", {s.n_embd, s.n_ff_exp, s.n_expert});
+      add(b + "ffn_down_exps.weight", {s.n_ff_exp, s.n_embd, s.n_expert});
+      continue;
+    }
     add(b + "ffn_gate.weight", {s.n_embd, s.n_ff});
     add(b + "ffn_up.weight", {s.n_embd, s.n_ff});
     add(b + "ffn_down.weight", {s.n_ff, s.n_embd});
@@ -215,7 +231,7 @@ Result<std::unique_ptr<MemorySource>> make_synthetic(std::string_view shape_name
       auto* f = reinterpret_cast<float*>(p);
       for (int64_t i = 0; i < t.ne[0]; ++i) f[i] = 1.f;
     } else {
-      KITE_TRY(fill_matrix(p, t.type, t.ne[0], t.ne[1], pool));
+      KITE_TRY(fill_matrix(p, t.type, t.ne[0], t.n_elements() / t.ne[0], pool));
     }
   }
   return src;

@@ -15,7 +15,10 @@ struct SyntheticShape {
   std::string name;  // "llama-1b"
   int64_t n_vocab, n_embd, n_layer, n_head, n_head_kv, n_ff;
   float rope_theta;
-  std::string arch = "llama";  // llama; qwen2 (q/k/v biases); qwen3 (per-head q/k norms)
+  std::string arch = "llama";  // llama; qwen2 (q/k/v biases); qwen3 (per-head q/k norms); qwen3moe
+  int64_t head_dim = 0;        // 0: n_embd / n_head
+  // Mixture of experts (qwen3moe): n_expert experts of width n_ff_exp, n_expert_used a token.
+  int64_t n_expert = 0, n_expert_used = 0, n_ff_exp = 0;
 };
 
 // llama-1b (Llama-3.2-1B's layers), llama-3b (Llama-3.2-3B's), both with a 32000-token vocabulary
@@ -24,7 +27,9 @@ struct SyntheticShape {
 // heads); qwen2-7b is Qwen2.5-7B's shape (28 layers, n_embd 3584, 28 heads, 4 KV heads, q/k/v
 // biases, vocabulary 152064) and qwen3-8b Qwen3-8B's (36 layers, n_embd 4096, 32 heads, 8 KV
 // heads, per-head q/k norms, vocabulary 151936), both untied and with the placeholder vocabulary
-// below; plus "tiny" for tests.
+// below; qwen3-30b-a3b is Qwen3-30B-A3B's (48 layers, n_embd 2048, 32 heads of 128, 4 KV heads,
+// 128 experts of width 768, 8 a token; the router F32 as llama-quantize leaves it; 30.5B
+// weights, 3.3B active a token); plus "tiny" for tests.
 const std::vector<SyntheticShape>& synthetic_shapes();
 
 // A synthetic model without its bytes: the tensors' names, shapes (ggml order), types and sizes
