@@ -24,6 +24,8 @@ constexpr ArchRow kArchs[] = {
     {"MistralForCausalLM", "mistral", "llama", 131072, false},
     {"Qwen2ForCausalLM", "qwen2", "qwen2", 32768, true},
     {"Qwen3ForCausalLM", "qwen3", "qwen3", 32768, false},
+    {"Qwen3MoeForCausalLM", "qwen3_moe", "qwen3moe", 32768, false},
+    {"MixtralForCausalLM", "mixtral", "llama", 4096 * 32, false},
 };
 
 // Reads config.json fields with messages that name the file and the key.
@@ -183,6 +185,31 @@ Status parse_heads(const Reader& r, Config& c) {
   return ok_status();
 }
 
+// The experts of Qwen3-MoE (every layer sparse, llama.cpp's normalized top-k: the configs
+// kite runs as llama.cpp does) and Mixtral.
+Status parse_experts(const Reader& r, Config& c) {
+  if (c.model_type == "mixtral") {
+    KITE_ASSIGN_OR_RETURN(c.num_experts, r.get_positive_u32("num_local_experts"));
+    c.moe_intermediate_size = c.intermediate_size;
+  } else if (c.arch == "qwen3moe") {
+    KITE_ASSIGN_OR_RETURN(c.num_experts, r.get_positive_u32("num_experts"));
+    KITE_ASSIGN_OR_RETURN(c.moe_intermediate_size, r.get_positive_u32("moe_intermediate_size"));
+    KITE_ASSIGN_OR_RETURN(const bool norm, r.get_bool("norm_topk_prob", true));
+    KITE_ASSIGN_OR_RETURN(const int64_t step, r.get_int("decoder_sparse_step", 1));
+    const Json* dense = r.find("mlp_only_layers");
+    if (!norm || step != 1 || (dense != nullptr && !(dense->is_array() && dense->empty())))
+      return make_error(r.source(), ": a Qwen3-MoE layout kite does not run (it needs norm_topk_prob true, ",
+                        "decoder_sparse_step 1 and no mlp_only_layers)");
+  } else {
+    return ok_status();
+  }
+  KITE_ASSIGN_OR_RETURN(c.num_experts_per_tok, r.get_positive_u32("num_experts_per_tok"));
+  if (c.num_experts_per_tok > c.num_experts)
+    return make_error(r.source(), ": num_experts_per_tok ", c.num_experts_per_tok, " is more than the ", c.num_experts,
+                      " experts");
+  return ok_status();
+}
+
 Status parse_special_ids(const Reader& r, Config& c) {
   auto read_id = [&](std::string_view key, std::optional<int64_t>& out) -> Status {
     const Json* v = r.find(key);
@@ -256,6 +283,7 @@ Result<Config> parse_config(std::string_view json_text, const std::string& sourc
     KITE_ASSIGN_OR_RETURN(int64_t w, r.get_positive_u32("sliding_window"));
     c.sliding_window = w;
   }
+  KITE_TRY(parse_experts(r, c));
   KITE_TRY(parse_special_ids(r, c));
   KITE_ASSIGN_OR_RETURN(c.torch_dtype, r.get_string("torch_dtype", ""));
   if (c.torch_dtype.empty()) {
@@ -286,11 +314,17 @@ void add_config_metadata(const Config& c, std::string_view model_name, gguf::Met
   out.set(a + "rope.dimension_count", u32(c.head_dim));
   // llama.cpp derives head size from n_embd / n_head unless key_length says otherwise;
   // Qwen3's converter always writes it.
-  if (c.head_dim_explicit && (c.arch == "qwen3" || c.head_dim * c.num_attention_heads != c.hidden_size)) {
+  if (c.head_dim_explicit &&
+      (c.arch == "qwen3" || c.arch == "qwen3moe" || c.head_dim * c.num_attention_heads != c.hidden_size)) {
     out.set(a + "attention.key_length", u32(c.head_dim));
     out.set(a + "attention.value_length", u32(c.head_dim));
   }
   out.set(a + "vocab_size", u32(c.vocab_size));
+  if (c.num_experts > 0) {
+    out.set(a + "expert_count", u32(c.num_experts));
+    out.set(a + "expert_used_count", u32(c.num_experts_per_tok));
+    if (c.arch == "qwen3moe") out.set(a + "expert_feed_forward_length", u32(c.moe_intermediate_size));
+  }
 
   const RopeScaling& s = c.rope_scaling;
   if (s.type == "linear" || s.type == "yarn") {

@@ -33,8 +33,8 @@ struct RopeScaling {
 
 struct Config {
   std::string hf_architecture;  // "LlamaForCausalLM", ...
-  std::string model_type;       // "llama", "mistral", "qwen2", "qwen3"
-  std::string arch;             // GGUF general.architecture: "llama", "qwen2", "qwen3"
+  std::string model_type;       // "llama", "mistral", "qwen2", "qwen3", "qwen3_moe", "mixtral"
+  std::string arch;             // GGUF general.architecture: "llama", "qwen2", "qwen3", "qwen3moe"
 
   int64_t vocab_size = 0;
   int64_t hidden_size = 0;
@@ -56,6 +56,11 @@ struct Config {
   std::vector<int64_t> eos_token_ids;  // config.json's eos_token_id (an int or a list)
   std::optional<int64_t> pad_token_id;
   std::string torch_dtype;  // "bfloat16", "float16", ... ("" if absent)
+  // Mixture of experts (Qwen3MoeForCausalLM: num_experts, moe_intermediate_size;
+  // MixtralForCausalLM: num_local_experts, intermediate_size): 0 experts for a dense model.
+  int64_t num_experts = 0;
+  int64_t num_experts_per_tok = 0;
+  int64_t moe_intermediate_size = 0;
 };
 
 // Architectures kite can load from an HF folder, for error messages: "LlamaForCausalLM, ...".

@@ -48,21 +48,74 @@ constexpr NameRow kQwen3Extra[] = {
     {"self_attn.k_norm.weight", "attn_k_norm.weight"},
 };
 
+// Mixture-of-experts routers: Qwen3-MoE's and Mixtral's (a llama checkpoint with experts).
+constexpr NameRow kMoeRouters[] = {
+    {"mlp.gate.weight", "ffn_gate_inp.weight"},
+    {"block_sparse_moe.gate.weight", "ffn_gate_inp.weight"},
+};
+
+// The experts' matrices, after "<prefix><expert>.": Qwen3-MoE's, then Mixtral's.
+struct ExpertRow {
+  std::string_view prefix, matrix, gguf;
+};
+constexpr ExpertRow kExpertRows[] = {
+    {"mlp.experts.", "gate_proj.weight", "ffn_gate_exps.weight"},
+    {"mlp.experts.", "up_proj.weight", "ffn_up_exps.weight"},
+    {"mlp.experts.", "down_proj.weight", "ffn_down_exps.weight"},
+    {"block_sparse_moe.experts.", "w1.weight", "ffn_gate_exps.weight"},
+    {"block_sparse_moe.experts.", "w3.weight", "ffn_up_exps.weight"},
+    {"block_sparse_moe.experts.", "w2.weight", "ffn_down_exps.weight"},
+};
+
 constexpr std::string_view kLayerPrefix = "model.layers.";
 
 const NameRow* find_row(std::string_view arch, std::string_view rest) {
   for (const NameRow& r : kLlamaLayer)
     if (r.hf == rest) return &r;
-  if (arch == "qwen3")
+  if (arch == "qwen3" || arch == "qwen3moe")
     for (const NameRow& r : kQwen3Extra)
+      if (r.hf == rest) return &r;
+  if (arch == "qwen3moe" || arch == "llama")
+    for (const NameRow& r : kMoeRouters)
       if (r.hf == rest) return &r;
   return nullptr;
 }
 
+// A canonical decimal index at the start of `s` (no leading zeros, at most 9 digits) followed
+// by '.': the index, and `s` past the dot.
+std::optional<uint64_t> leading_index(std::string_view& s) {
+  size_t digits = 0;
+  uint64_t v = 0;
+  while (digits < s.size() && s[digits] >= '0' && s[digits] <= '9' && digits < 9) {
+    v = v * 10 + static_cast<uint64_t>(s[digits] - '0');
+    ++digits;
+  }
+  const bool canonical = digits > 0 && (digits == 1 || s[0] != '0');
+  if (!canonical || digits >= s.size() || s[digits] != '.') return std::nullopt;
+  s.remove_prefix(digits + 1);
+  return v;
+}
+
 }  // namespace
 
+std::optional<ExpertPiece> expert_piece(std::string_view arch, std::string_view hf_name) {
+  if ((arch != "qwen3moe" && arch != "llama") || hf_name.substr(0, kLayerPrefix.size()) != kLayerPrefix)
+    return std::nullopt;
+  std::string_view rest = hf_name.substr(kLayerPrefix.size());
+  const std::optional<uint64_t> layer = leading_index(rest);
+  if (!layer) return std::nullopt;
+  for (const ExpertRow& r : kExpertRows) {
+    if (rest.substr(0, r.prefix.size()) != r.prefix) continue;
+    std::string_view tail = rest.substr(r.prefix.size());
+    const std::optional<uint64_t> expert = leading_index(tail);
+    if (expert && tail == r.matrix)
+      return ExpertPiece{"blk." + std::to_string(*layer) + "." + std::string(r.gguf), static_cast<int64_t>(*expert)};
+  }
+  return std::nullopt;
+}
+
 Result<std::optional<std::string>> gguf_tensor_name(std::string_view arch, std::string_view hf_name) {
-  if (arch != "llama" && arch != "qwen2" && arch != "qwen3")
+  if (arch != "llama" && arch != "qwen2" && arch != "qwen3" && arch != "qwen3moe")
     return make_error("no tensor name table for architecture '", safetensors::printable(arch, 40), "'");
   for (const NameRow& r : kGlobal)
     if (r.hf == hf_name)
@@ -70,17 +123,10 @@ Result<std::optional<std::string>> gguf_tensor_name(std::string_view arch, std::
 
   if (hf_name.substr(0, kLayerPrefix.size()) == kLayerPrefix) {
     std::string_view rest = hf_name.substr(kLayerPrefix.size());
-    size_t digits = 0;
-    uint64_t layer = 0;
-    while (digits < rest.size() && rest[digits] >= '0' && rest[digits] <= '9' && digits < 9) {
-      layer = layer * 10 + static_cast<uint64_t>(rest[digits] - '0');
-      ++digits;
-    }
-    const bool canonical = digits > 0 && (digits == 1 || rest[0] != '0');
-    if (canonical && digits < rest.size() && rest[digits] == '.') {
-      if (const NameRow* r = find_row(arch, rest.substr(digits + 1))) {
+    if (const std::optional<uint64_t> layer = leading_index(rest)) {
+      if (const NameRow* r = find_row(arch, rest)) {
         if (r->gguf.empty()) return std::optional<std::string>();
-        return std::optional<std::string>("blk." + std::to_string(layer) + "." + std::string(r->gguf));
+        return std::optional<std::string>("blk." + std::to_string(*layer) + "." + std::string(r->gguf));
       }
     }
   }

@@ -2,6 +2,9 @@
 // to GGUF keys and tensor names (see hf_config.h, hf_tokenizer.h, hf_names.h).
 #include "formats/weight_source.h"
 
+#include <algorithm>
+#include <cstring>
+#include <deque>
 #include <filesystem>
 #include <unordered_map>
 
@@ -48,11 +51,13 @@ class HfSource final : public WeightSource {
   explicit HfSource(std::string folder) : path_(folder), meta_(std::move(folder)) {}
   Status add_tensor(TensorInfo info);
   Status add_checkpoint_tensors(const hf::Config& config);
+  Status add_stacked(const std::string& name, const std::vector<const safetensors::Tensor*>& pieces);
 
   std::string path_;
   gguf::Metadata meta_;
   safetensors::Checkpoint checkpoint_;  // keeps the shard mappings alive
   std::vector<float> rope_factors_;     // backing data of rope_freqs.weight (llama3 scaling)
+  std::deque<std::vector<uint8_t>> stacked_;  // experts copied together (add_stacked)
   std::vector<TensorInfo> tensors_;
   std::unordered_map<std::string, size_t> index_;
 };
@@ -65,7 +70,27 @@ Status HfSource::add_tensor(TensorInfo info) {
 }
 
 Status HfSource::add_checkpoint_tensors(const hf::Config& config) {
+  // Experts' matrices by the stacked tensor they belong to (in checkpoint order of first sight).
+  std::vector<std::pair<std::string, std::vector<const safetensors::Tensor*>>> stacks;
   for (const safetensors::Tensor& t : checkpoint_.tensors()) {
+    if (config.num_experts > 0) {
+      if (std::optional<hf::ExpertPiece> piece = hf::expert_piece(config.arch, t.name)) {
+        if (piece->expert >= config.num_experts)
+          return make_error(path_, ": tensor '", t.name, "' is expert ", piece->expert, " but config.json has ",
+                            config.num_experts, " experts");
+        auto it =
+            std::find_if(stacks.begin(), stacks.end(), [&](const auto& s) { return s.first == piece->gguf_name; });
+        if (it == stacks.end()) {
+          stacks.emplace_back(piece->gguf_name, std::vector<const safetensors::Tensor*>(
+                                                    static_cast<size_t>(config.num_experts), nullptr));
+          it = stacks.end() - 1;
+        }
+        const safetensors::Tensor*& slot = it->second[static_cast<size_t>(piece->expert)];
+        if (slot != nullptr) return make_error(path_, ": two checkpoint tensors are '", t.name, "'");
+        slot = &t;
+        continue;
+      }
+    }
     auto name = hf::gguf_tensor_name(config.arch, t.name);
     if (!name) return name.error().with_context(path_);
     if (!name->has_value()) continue;  // known and not needed (rotary_emb.inv_freq)
@@ -80,7 +105,31 @@ Status HfSource::add_checkpoint_tensors(const hf::Config& config) {
     info.name = gguf_name;
     KITE_TRY(add_tensor(std::move(info)));
   }
+  for (const auto& [name, pieces] : stacks) KITE_TRY(add_stacked(name, pieces));
   return ok_status();
+}
+
+// GGUF keeps a layer's experts as one [k, m, n_expert] tensor; the checkpoint's are apart, so
+// they are copied together into memory the source owns (the one departure from the mapping).
+Status HfSource::add_stacked(const std::string& name, const std::vector<const safetensors::Tensor*>& pieces) {
+  const safetensors::Tensor* first = pieces[0];
+  for (size_t e = 0; e < pieces.size(); ++e) {
+    const safetensors::Tensor* p = pieces[e];
+    if (p == nullptr) return make_error(path_, ": expert ", e, " of '", name, "' is missing from the checkpoint");
+    if (first == nullptr || p->type != first->type || p->ne != first->ne || p->ne.size() != 2)
+      return make_error(path_, ": the experts of '", name, "' differ in type or shape (expert ", e, ": '", p->name,
+                        "')");
+  }
+  std::vector<uint8_t>& bytes = stacked_.emplace_back(first->nbytes * pieces.size());
+  for (size_t e = 0; e < pieces.size(); ++e)
+    std::memcpy(bytes.data() + e * first->nbytes, pieces[e]->data, first->nbytes);
+  TensorInfo info = first->info();
+  info.name = name;
+  info.ne = {first->ne[0], first->ne[1], static_cast<int64_t>(pieces.size())};
+  info.nbytes = bytes.size();
+  info.offset = 0;
+  info.data = bytes.data();
+  return add_tensor(std::move(info));
 }
 
 Result<std::unique_ptr<WeightSource>> HfSource::open(const std::string& folder) {

@@ -1,6 +1,10 @@
 #include "tests/moe_model.h"
 
 #include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
 #include <regex>
 #include <vector>
 
@@ -113,6 +117,98 @@ Status upcycle_to_moe(const std::string& dense_gguf, const std::string& out_gguf
     KITE_TRY(w.write_tensor_data(experts.data(), experts.size()));
   }
   return w.finish();
+}
+
+namespace {
+
+// GGUF layer tensor names -> Qwen3-MoE's (after "model.layers.N.").
+constexpr std::pair<const char*, const char*> kHfLayerNames[] = {
+    {"attn_norm.weight", "input_layernorm.weight"},    {"attn_q.weight", "self_attn.q_proj.weight"},
+    {"attn_k.weight", "self_attn.k_proj.weight"},      {"attn_v.weight", "self_attn.v_proj.weight"},
+    {"attn_output.weight", "self_attn.o_proj.weight"}, {"attn_q_norm.weight", "self_attn.q_norm.weight"},
+    {"attn_k_norm.weight", "self_attn.k_norm.weight"}, {"ffn_norm.weight", "post_attention_layernorm.weight"},
+    {"ffn_gate_inp.weight", "mlp.gate.weight"},        {"ffn_gate_exps.weight", "gate_proj.weight"},
+    {"ffn_up_exps.weight", "up_proj.weight"},          {"ffn_down_exps.weight", "down_proj.weight"},
+};
+
+}  // namespace
+
+Status moe_gguf_to_hf(const std::string& moe_gguf, const std::string& dense_hf, const std::string& out_dir) {
+  namespace fs = std::filesystem;
+  KITE_ASSIGN_OR_RETURN(gguf::File in, gguf::File::open(moe_gguf));
+  const gguf::Metadata& m = in.metadata();
+  KITE_ASSIGN_OR_RETURN(const int64_t n_expert, m.get_int("qwen3moe.expert_count"));
+  KITE_ASSIGN_OR_RETURN(const int64_t n_used, m.get_int("qwen3moe.expert_used_count"));
+  KITE_ASSIGN_OR_RETURN(const int64_t n_ff_exp, m.get_int("qwen3moe.expert_feed_forward_length"));
+  fs::create_directories(out_dir);
+  for (const char* f : {"tokenizer.json", "tokenizer_config.json", "generation_config.json"})
+    fs::copy_file(fs::path(dense_hf) / f, fs::path(out_dir) / f, fs::copy_options::overwrite_existing);
+  nlohmann::json config = nlohmann::json::parse(std::ifstream(fs::path(dense_hf) / "config.json"));
+  config["architectures"] = {"Qwen3MoeForCausalLM"};
+  config["model_type"] = "qwen3_moe";
+  config["num_experts"] = n_expert;
+  config["num_experts_per_tok"] = n_used;
+  config["moe_intermediate_size"] = n_ff_exp;
+  config["norm_topk_prob"] = true;
+  config["decoder_sparse_step"] = 1;
+  config["mlp_only_layers"] = nlohmann::json::array();
+  config["dtype"] = "float16";
+  std::ofstream(fs::path(out_dir) / "config.json") << config.dump(2);
+
+  // model.safetensors: an 8-byte header length, the JSON header, the tensors' bytes.
+  struct Piece {
+    std::string name;
+    const gguf::TensorInfo* t;
+    size_t offset, bytes;
+  };
+  std::vector<Piece> pieces;
+  static const std::regex kLayer(R"(blk\.(\d+)\.(.+))");
+  for (const gguf::TensorInfo& t : in.tensors()) {
+    if (t.type != quant::Type::F16 && t.type != quant::Type::F32)
+      return make_error(moe_gguf, ": tensor '", t.name, "' is not F16 or F32");
+    std::smatch sm;
+    if (!std::regex_match(t.name, sm, kLayer)) {
+      const char* hf = t.name == "token_embd.weight"    ? "model.embed_tokens.weight"
+                       : t.name == "output_norm.weight" ? "model.norm.weight"
+                       : t.name == "output.weight"      ? "lm_head.weight"
+                                                        : nullptr;
+      if (hf == nullptr) return make_error(moe_gguf, ": no Hugging Face name for '", t.name, "'");
+      pieces.push_back({hf, &t, 0, t.nbytes});
+      continue;
+    }
+    const std::string prefix = "model.layers." + sm[1].str() + ".", rest = sm[2].str();
+    const auto row = std::find_if(std::begin(kHfLayerNames), std::end(kHfLayerNames),
+                                  [&](const auto& r) { return rest == r.first; });
+    if (row == std::end(kHfLayerNames)) return make_error(moe_gguf, ": no Hugging Face name for '", t.name, "'");
+    if (t.ne.size() < 3) {
+      pieces.push_back({prefix + row->second, &t, 0, t.nbytes});
+      continue;
+    }
+    const size_t per_expert = t.nbytes / static_cast<size_t>(t.ne[2]);
+    for (int64_t e = 0; e < t.ne[2]; ++e)
+      pieces.push_back({prefix + "mlp.experts." + std::to_string(e) + "." + row->second, &t,
+                        static_cast<size_t>(e) * per_expert, per_expert});
+  }
+  nlohmann::json header = nlohmann::json::object();
+  size_t at = 0;
+  for (const Piece& p : pieces) {
+    std::vector<int64_t> shape;  // outermost first
+    for (size_t d = std::min<size_t>(p.t->ne.size(), 2); d-- > 0;) shape.push_back(p.t->ne[d]);
+    header[p.name] = {{"dtype", p.t->type == quant::Type::F16 ? "F16" : "F32"},
+                      {"shape", shape},
+                      {"data_offsets", {at, at + p.bytes}}};
+    at += p.bytes;
+  }
+  std::string h = header.dump();
+  h.resize((h.size() + 7) / 8 * 8, ' ');
+  std::ofstream f(fs::path(out_dir) / "model.safetensors", std::ios::binary);
+  const uint64_t n = h.size();
+  f.write(reinterpret_cast<const char*>(&n), 8);
+  f.write(h.data(), static_cast<std::streamsize>(h.size()));
+  for (const Piece& p : pieces)
+    f.write(reinterpret_cast<const char*>(p.t->data + p.offset), static_cast<std::streamsize>(p.bytes));
+  if (!f) return make_error(out_dir, ": cannot write model.safetensors");
+  return ok_status();
 }
 
 }  // namespace kite::test

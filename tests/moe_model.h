@@ -27,6 +27,11 @@ struct MoeUpcycle {
 
 Status upcycle_to_moe(const std::string& dense_gguf, const std::string& out_gguf, const MoeUpcycle& o = {});
 
+// A Hugging Face Qwen3-MoE folder holding the same weights as `moe_gguf` (a qwen3moe file
+// upcycle_to_moe made; F16/F32 tensors kept as they are, each layer's experts apart under
+// Qwen3-MoE's names): config.json from `dense_hf`'s with the expert keys, its tokenizer files.
+Status moe_gguf_to_hf(const std::string& moe_gguf, const std::string& dense_hf, const std::string& out_dir);
+
 // (kite-tests only, test_moe.cpp.) tests/data/moe-reference.json, and the test model `name` of
 // it made once per process (a path under the build tree); fails the test unless its bytes are
 // those llama.cpp's numbers were measured on.

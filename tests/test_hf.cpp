@@ -269,7 +269,7 @@ TEST_CASE("hf: weight source errors name the folder and the problem") {
   write_text(dir / "config.json", config_json("", "GPT2LMHeadModel"));
   expect(dir.string(),
          "unsupported architecture GPT2LMHeadModel (supported: LlamaForCausalLM, MistralForCausalLM, "
-         "Qwen2ForCausalLM, Qwen3ForCausalLM)");
+         "Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, MixtralForCausalLM)");
   write_text(dir / "config.json", config_json(""));
   expect(dir.string(), "no tokenizer.json");
   std::filesystem::copy_file(kite::test::testdata("models/llama-draft/tokenizer.json"), dir / "tokenizer.json");
@@ -378,7 +378,24 @@ TEST_CASE("hf: config.json variants") {
     CHECK(smooth > 0);
     for (size_t i = 1; i < f.size(); ++i) CHECK(f[i] >= f[i - 1]);
   }
+  SUBCASE("Mixtral's experts: num_local_experts of intermediate_size") {
+    auto c = parse_ok(config_json(R"("num_local_experts": 8, "num_experts_per_tok": 2)", "MixtralForCausalLM"));
+    CHECK(c.arch == "llama");
+    Metadata m;
+    kite::hf::add_config_metadata(c, "x", m);
+    CHECK(m.get<uint32_t>("llama.expert_count").value() == 8);
+    CHECK(m.get<uint32_t>("llama.expert_used_count").value() == 2);
+    CHECK(!m.has("llama.expert_feed_forward_length"));  // (the experts' width is feed_forward_length)
+  }
   SUBCASE("bad configs") {
+    expect_config_error(config_json(R"("num_local_experts": 2, "num_experts_per_tok": 3)", "MixtralForCausalLM"),
+                        "num_experts_per_tok 3 is more than the 2 experts");
+    expect_config_error(config_json(R"("num_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 64,
+        "norm_topk_prob": false)",
+                                    "Qwen3MoeForCausalLM"),
+                        "a Qwen3-MoE layout kite does not run");
+    expect_config_error(config_json(R"("num_experts": 8, "num_experts_per_tok": 2)", "Qwen3MoeForCausalLM"),
+                        "missing required key 'moe_intermediate_size'");
     expect_config_error("{", "malformed JSON");
     expect_config_error("[]", "not an object");
     expect_config_error(R"({"architectures": ["BertModel"]})", "unsupported architecture BertModel (supported: ");
@@ -430,6 +447,26 @@ TEST_CASE("hf: tensor name tables") {
     CHECK(r.error().message.find(std::string("'") + bad + "'") != std::string::npos);
   }
   CHECK(!kite::hf::gguf_tensor_name("gpt2", "model.norm.weight").ok());
+  // Mixture of experts: the routers by name, the experts' matrices as pieces of a stacked tensor.
+  CHECK(name("qwen3moe", "model.layers.2.mlp.gate.weight") == "blk.2.ffn_gate_inp.weight");
+  CHECK(name("qwen3moe", "model.layers.2.self_attn.k_norm.weight") == "blk.2.attn_k_norm.weight");
+  CHECK(name("llama", "model.layers.2.block_sparse_moe.gate.weight") == "blk.2.ffn_gate_inp.weight");
+  auto piece = [](const char* arch, const char* hf) {
+    auto p = kite::hf::expert_piece(arch, hf);
+    return p ? p->gguf_name + " #" + std::to_string(p->expert) : std::string("-");
+  };
+  CHECK(piece("qwen3moe", "model.layers.3.mlp.experts.17.gate_proj.weight") == "blk.3.ffn_gate_exps.weight #17");
+  CHECK(piece("qwen3moe", "model.layers.3.mlp.experts.0.up_proj.weight") == "blk.3.ffn_up_exps.weight #0");
+  CHECK(piece("qwen3moe", "model.layers.30.mlp.experts.127.down_proj.weight") == "blk.30.ffn_down_exps.weight #127");
+  CHECK(piece("llama", "model.layers.1.block_sparse_moe.experts.7.w1.weight") == "blk.1.ffn_gate_exps.weight #7");
+  CHECK(piece("llama", "model.layers.1.block_sparse_moe.experts.7.w3.weight") == "blk.1.ffn_up_exps.weight #7");
+  CHECK(piece("llama", "model.layers.1.block_sparse_moe.experts.7.w2.weight") == "blk.1.ffn_down_exps.weight #7");
+  for (const char* no :
+       {"model.layers.3.mlp.experts.01.up_proj.weight", "model.layers.3.mlp.experts.x.up_proj.weight",
+        "model.layers.3.mlp.experts.1.up_proj.bias", "model.layers.3.mlp.up_proj.weight",
+        "model.layers.3.mlp.experts.1.w1.weight", "model.layers.3.block_sparse_moe.experts.1.w4.weight"})
+    CHECK_MESSAGE(piece("qwen3moe", no) == "-", no);
+  CHECK(piece("qwen3", "model.layers.3.mlp.experts.1.up_proj.weight") == "-");
 }
 
 TEST_CASE("hf: tokenizer variants") {

@@ -6,7 +6,9 @@
 #include <unistd.h>
 
 #include <cmath>
-#include <limits>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 
@@ -127,4 +129,47 @@ TEST_CASE("moe: inconsistent experts are errors naming the problem") {
       run_kite({"run", "-m", moe_test_file("qwen3moe-tiny.gguf"), "-p", "hi", "-n", "1", "--tensor-parallel", "2"});
   CHECK(tp.exit_code != 0);
   CHECK(tp.err.find("mixture-of-experts") != std::string::npos);
+}
+
+TEST_CASE("moe: a Hugging Face Qwen3-MoE folder runs as its GGUF, and kite convert stacks its experts back") {
+  const std::string gguf_path = moe_test_file("qwen3moe-tiny.gguf");
+  const std::string dir = scratch_dir("moe-hf-" + std::to_string(getpid())).string();
+  const std::string hf = dir + "/qwen3moe-tiny";
+  const Status st = moe_gguf_to_hf(gguf_path, testdata("models/qwen3-tiny"), hf);
+  REQUIRE_MESSAGE(st.ok(), (st.ok() ? std::string() : st.error().message));
+  // The same weights: the same perplexity, to the digits printed.
+  CHECK(kite_perplexity(hf) == kite_perplexity(gguf_path));
+  // Converted back to GGUF: every tensor of the upcycled file, byte for byte.
+  auto c = run_kite({"convert", hf, "-o", dir + "/converted.gguf"});
+  REQUIRE_MESSAGE(c.exit_code == 0, c.err);
+  auto a = gguf::File::open(gguf_path), b = gguf::File::open(dir + "/converted.gguf");
+  REQUIRE(a.ok());
+  REQUIRE(b.ok());
+  CHECK(*b->metadata().get<std::string>("general.architecture") == "qwen3moe");
+  for (const char* key : {"qwen3moe.expert_count", "qwen3moe.expert_used_count", "qwen3moe.expert_feed_forward_length"})
+    CHECK(*b->metadata().get_int(key) == *a->metadata().get_int(key));
+  CHECK(b->tensors().size() == a->tensors().size());
+  for (const auto& t : a->tensors()) {
+    INFO(t.name);
+    const gguf::TensorInfo* u = b->find_tensor(t.name);
+    REQUIRE(u != nullptr);
+    CHECK(u->type == t.type);
+    CHECK(u->ne == t.ne);
+    CHECK((u->nbytes == t.nbytes && std::memcmp(u->data, t.data, t.nbytes) == 0));
+  }
+  // A missing expert, and a layout kite does not run, are errors naming them.
+  std::filesystem::copy(hf, dir + "/dense-layers", std::filesystem::copy_options::recursive);
+  auto cfg = nlohmann::json::parse(read_file(dir + "/dense-layers/config.json"));
+  cfg["mlp_only_layers"] = {1};
+  std::ofstream(dir + "/dense-layers/config.json") << cfg.dump();
+  auto r = run_kite({"run", "-m", dir + "/dense-layers", "-p", "hi", "-n", "1"});
+  CHECK(r.exit_code == 1);
+  CHECK(r.err.find("a Qwen3-MoE layout kite does not run") != std::string::npos);
+  cfg["mlp_only_layers"] = nlohmann::json::array();
+  cfg["num_experts"] = 5;
+  std::ofstream(dir + "/dense-layers/config.json") << cfg.dump();
+  r = run_kite({"run", "-m", dir + "/dense-layers", "-p", "hi", "-n", "1"});
+  CHECK(r.exit_code == 1);
+  CHECK(r.err.find("expert 4 of 'blk.0.ffn_") != std::string::npos);
+  CHECK(r.err.find("is missing from the checkpoint") != std::string::npos);
 }
