@@ -44,7 +44,8 @@ struct Job {
   int64_t row_len;   // elements per row as processed (1 for a permuted bias)
   int64_t n_rows;
   int64_t n_head;    // > 0: permute rows
-  const std::vector<float>* importance = nullptr;  // per column, or null
+  const std::vector<float>* importance = nullptr;  // per column (and expert), or null
+  int64_t rows_per_matrix = 0;                     // rows sharing one importance slice (an expert; 0: all)
 };
 
 // Converts one tensor into `out` (row_size(out_type, row_len) * n_rows bytes).
@@ -67,7 +68,9 @@ Status convert_tensor(const Job& job, uint8_t* out, int threads) {
       Status st = job.in->type == job.out_type ? Status() : quant::dequantize_row(job.in->type, in, buf.data(), job.row_len);
       if (st.ok() && job.in->type == job.out_type) std::copy(in, in + in_row, dst);
       else if (st.ok() && job.importance != nullptr)
-        st = quant::quantize_rows_importance(job.out_type, buf.data(), dst, 1, job.row_len, job.importance->data());
+        st = quant::quantize_rows_importance(
+            job.out_type, buf.data(), dst, 1, job.row_len,
+            job.importance->data() + (job.rows_per_matrix > 0 ? r / job.rows_per_matrix * job.row_len : 0));
       else if (st.ok()) st = quant::quantize_row(job.out_type, buf.data(), dst, job.row_len);
       if (!st.ok()) {
         std::lock_guard<std::mutex> lock(mu);
@@ -94,7 +97,7 @@ Status attach_importance(const ConvertOptions& opt, const TensorInfo& t, Job* jo
   if (opt.importance == nullptr || !quant::find_traits(job->out_type)->is_quantized || job->out_type == t.type)
     return ok_status();
   auto it = opt.importance->find(t.name);
-  if (it == opt.importance->end() || !quant::uses_weights(job->out_type) || t.ne.size() != 2) {
+  if (it == opt.importance->end() || !quant::uses_weights(job->out_type) || t.ne.size() < 2 || t.ne.size() > 3) {
     ++stats->n_unweighted;
     if (opt.log)
       opt.log(it == opt.importance->end() ? "note: " + t.name + ": no importance data; quantized without"
@@ -102,10 +105,14 @@ Status attach_importance(const ConvertOptions& opt, const TensorInfo& t, Job* jo
                                                 " ignores importance data");
     return ok_status();
   }
-  if (static_cast<int64_t>(it->second.size()) != t.ne[0])
-    return make_error("importance data for tensor '", t.name, "' has ", it->second.size(), " columns, the tensor has ",
-                      t.ne[0], " (an importance matrix of another model?)");
+  // (A 3-D tensor, a layer's experts: one slice of importance an expert.)
+  const int64_t n_mat = t.ne.size() == 3 ? t.ne[2] : 1;
+  if (static_cast<int64_t>(it->second.size()) != t.ne[0] * n_mat)
+    return make_error("importance data for tensor '", t.name, "' has ", it->second.size(), " values, the tensor needs ",
+                      t.ne[0], n_mat > 1 ? " x " + std::to_string(n_mat) + " experts" : std::string(" columns"),
+                      " (an importance matrix of another model?)");
   job->importance = &it->second;
+  job->rows_per_matrix = n_mat > 1 ? t.ne[1] : 0;
   ++stats->n_weighted;
   return ok_status();
 }

@@ -556,12 +556,12 @@ TEST_CASE("imatrix: llama-draft over a corpus slice gives every matmul weight, i
       const std::string name = "blk." + std::to_string(l) + "." + w + ".weight";
       auto it = m.entries.find(name);
       REQUIRE_MESSAGE(it != m.entries.end(), name);
-      CHECK(it->second.count == 4 * 128);
+      CHECK(it->second.counts == std::vector<int64_t>{4 * 128});
       CHECK(it->second.sum2.size() == (std::string(w) == "ffn_down" ? 768u : 256u));
       for (double v : it->second.sum2) REQUIRE_MESSAGE((std::isfinite(v) && v > 0), name);
     }
   REQUIRE(m.entries.count("token_embd.weight") == 1);
-  CHECK(m.entries.at("token_embd.weight").count == 4 * 128);
+  CHECK(m.entries.at("token_embd.weight").counts == std::vector<int64_t>{4 * 128});
   // q, k and v read the same normed input: the same sums.
   CHECK(m.entries.at("blk.1.attn_q.weight").sum2 == m.entries.at("blk.1.attn_v.weight").sum2);
   CHECK(m.chunk_count == 4);
@@ -587,7 +587,7 @@ TEST_CASE("imatrix: llama-draft over a corpus slice gives every matmul weight, i
   CHECK(back->entries.size() == m.entries.size());
   for (const auto& [name, e] : m.entries) {
     const ImatrixEntry& b = back->entries.at(name);
-    CHECK(b.count == e.count);
+    CHECK(b.counts == e.counts);
     REQUIRE(b.sum2.size() == e.sum2.size());
     for (size_t j = 0; j < e.sum2.size(); ++j) CHECK(b.sum2[j] == static_cast<double>(static_cast<float>(e.sum2[j])));
   }

@@ -5,6 +5,7 @@
 #include <doctest/doctest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -13,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "src/runtime/context.h"
+#include "src/runtime/imatrix.h"
 #include "tests/gpu_checks.h"
 #include "tests/moe_model.h"
 #include "tests/process.h"
@@ -172,4 +174,55 @@ TEST_CASE("moe: a Hugging Face Qwen3-MoE folder runs as its GGUF, and kite conve
   CHECK(r.exit_code == 1);
   CHECK(r.err.find("expert 4 of 'blk.0.ffn_") != std::string::npos);
   CHECK(r.err.find("is missing from the checkpoint") != std::string::npos);
+}
+
+TEST_CASE("moe: kite imatrix gives each expert llama-imatrix's count and sums; IQ2_XS with them as llama-quantize's") {
+  const std::string model = moe_test_file("qwen3moe-tiny.gguf");
+  const std::string dir = scratch_dir("moe-imatrix-" + std::to_string(getpid())).string();
+  const std::string llama_imatrix = std::string(KITE_SOURCE_DIR) + "/tests/data/qwen3moe-tiny-imatrix.gguf";
+  auto r = run_kite({"imatrix", "-m", model, "-f", testdata("heldout.txt"), "-c", "256", "-o", dir + "/kite.gguf"});
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  auto mine = load_imatrix(dir + "/kite.gguf"), theirs = load_imatrix(llama_imatrix);
+  REQUIRE_MESSAGE(mine.ok(), (mine.ok() ? std::string() : mine.error().message));
+  REQUIRE_MESSAGE(theirs.ok(), (theirs.ok() ? std::string() : theirs.error().message));
+  CHECK(mine->entries.size() == theirs->entries.size());
+  for (const auto& [name, t] : theirs->entries) {
+    INFO(name);
+    REQUIRE(mine->entries.count(name) == 1);
+    const ImatrixEntry& m = mine->entries.at(name);
+    REQUIRE(m.counts.size() == t.counts.size());
+    CHECK(m.counts.size() == (name.find("_exps.") != std::string::npos ? 4u : 1u));
+    // A router's near-tie may send a token to another expert than llama.cpp's float math did.
+    for (size_t e = 0; e < t.counts.size(); ++e) CHECK(std::abs(m.counts[e] - t.counts[e]) <= 2 + t.counts[e] / 1000);
+    REQUIRE(m.sum2.size() == t.sum2.size());
+    double num = 0, den = 0;
+    for (size_t j = 0; j < t.sum2.size(); ++j) num += std::fabs(m.sum2[j] - t.sum2[j]), den += std::fabs(t.sum2[j]);
+    CHECK(num / den < 1e-3);
+  }
+  // Two tokens' experts a token: the expert counts add up to twice the tokens.
+  int64_t routed = 0;
+  for (int64_t c : mine->entries.at("blk.1.ffn_up_exps.weight").counts) routed += c;
+  CHECK(routed == 2 * mine->entries.at("blk.1.attn_q.weight").counts[0]);
+
+  // IQ2_XS needs importance for every expert; with llama-imatrix's file kite's quantization
+  // has llama-quantize's types and no worse perplexity (1.5%, the low-bit mixes' bound).
+  const auto ref = moe_reference()["qwen3moe-tiny-IQ2_XS.gguf"];
+  auto q = run_kite({"quantize", "--imatrix", llama_imatrix, model, dir + "/iq2_xs.gguf", "IQ2_XS"});
+  REQUIRE_MESSAGE(q.exit_code == 0, q.err);
+  auto f = gguf::File::open(dir + "/iq2_xs.gguf");
+  REQUIRE(f.ok());
+  for (const auto& t : f->tensors()) {
+    INFO(t.name);
+    std::string got(quant::find_traits(t.type)->name);
+    std::transform(got.begin(), got.end(), got.begin(), ::tolower);
+    std::string want = ref["tensor_types"][t.name];
+    std::transform(want.begin(), want.end(), want.begin(), ::tolower);
+    CHECK(got == want);
+  }
+  const double ppl = kite_perplexity(dir + "/iq2_xs.gguf"), want = ref["ppl_ctx256"].get<double>();
+  MESSAGE("kite's IQ2_XS: ppl ", ppl, " (llama-quantize's, by llama.cpp: ", want, ")");
+  CHECK(ppl < want * 1.015);
+  auto no_imatrix = run_kite({"quantize", model, dir + "/no.gguf", "IQ2_XS"});
+  CHECK(no_imatrix.exit_code != 0);
+  CHECK(no_imatrix.err.find("needs an importance matrix") != std::string::npos);
 }

@@ -38,10 +38,14 @@ Result<std::vector<float>> f32_values(const gguf::File& f, const TensorInfo& t) 
 std::map<std::string, std::vector<float>> Imatrix::importance() const {
   std::map<std::string, std::vector<float>> out;
   for (const auto& [name, e] : entries) {
-    if (e.count <= 0) continue;
+    if (std::all_of(e.counts.begin(), e.counts.end(), [](int64_t c) { return c <= 0; })) continue;
     std::vector<float>& v = out[name];
     v.resize(e.sum2.size());
-    for (size_t j = 0; j < v.size(); ++j) v[j] = static_cast<float>(e.sum2[j] / static_cast<double>(e.count));
+    const auto n = static_cast<size_t>(e.n_cols());
+    for (size_t j = 0; j < v.size(); ++j) {
+      const int64_t c = e.counts[j / n];
+      v[j] = c > 0 ? static_cast<float>(e.sum2[j] / static_cast<double>(c)) : 1.f;
+    }
   }
   return out;
 }
@@ -56,16 +60,17 @@ Status save_imatrix(const Imatrix& m, const std::string& path) {
   w.metadata().set("imatrix.chunk_count", gguf::Value(m.chunk_count));
   w.metadata().set("imatrix.chunk_size", gguf::Value(m.chunk_size));
   for (const auto& [name, e] : m.entries) {  // std::map: name order, as llama-imatrix writes
-    KITE_TRY(w.add_tensor(name + std::string(kSumSuffix), quant::Type::F32, {static_cast<int64_t>(e.sum2.size()), 1}));
-    KITE_TRY(w.add_tensor(name + std::string(kCountSuffix), quant::Type::F32, {1, 1}));
+    const auto n_mat = static_cast<int64_t>(e.counts.size());
+    KITE_TRY(w.add_tensor(name + std::string(kSumSuffix), quant::Type::F32, {e.n_cols(), n_mat}));
+    KITE_TRY(w.add_tensor(name + std::string(kCountSuffix), quant::Type::F32, {1, n_mat}));
   }
   KITE_TRY(w.begin(path));
   std::vector<float> buf;
   for (const auto& [name, e] : m.entries) {
     buf.assign(e.sum2.begin(), e.sum2.end());
     KITE_TRY(w.write_tensor_data(buf.data(), buf.size() * sizeof(float)));
-    const float count = static_cast<float>(e.count);
-    KITE_TRY(w.write_tensor_data(&count, sizeof(count)));
+    buf.assign(e.counts.begin(), e.counts.end());
+    KITE_TRY(w.write_tensor_data(buf.data(), buf.size() * sizeof(float)));
   }
   return w.finish();
 }
@@ -94,16 +99,17 @@ Result<Imatrix> load_imatrix(const std::string& path) {
       return make_error(path, ": entry '", name, "' has ", p.first ? "in_sum2 but no counts" : "counts but no in_sum2");
     KITE_ASSIGN_OR_RETURN(std::vector<float> sums, f32_values(f, *p.first));
     KITE_ASSIGN_OR_RETURN(std::vector<float> counts, f32_values(f, *p.second));
-    if (counts.size() != 1)
-      return make_error(path, ": entry '", name, "' has ", counts.size(),
-                        " counts (a mixture-of-experts weight); kite supports one matrix per weight");
-    if (sums.empty() || p.first->ne[0] != static_cast<int64_t>(sums.size()))
+    // (One matrix, or one an expert: in_sum2 [n_cols, n_mat], counts [1, n_mat].)
+    const int64_t n_mat = static_cast<int64_t>(counts.size());
+    if (sums.empty() || counts.empty() || p.first->ne[0] * n_mat != static_cast<int64_t>(sums.size()))
       return make_error(path, ": entry '", name, "': in_sum2 has shape [", p.first->ne[0], ", ",
-                        p.first->ne.size() > 1 ? p.first->ne[1] : 1, "], expected [n_cols, 1]");
-    if (!std::isfinite(counts[0]) || counts[0] < 0)
-      return make_error(path, ": entry '", name, "' has count ", counts[0]);
+                        p.first->ne.size() > 1 ? p.first->ne[1] : 1, "] for ", n_mat, " counts, expected [n_cols, ",
+                        n_mat, "]");
     ImatrixEntry e;
-    e.count = static_cast<int64_t>(counts[0]);
+    for (float c : counts) {
+      if (!std::isfinite(c) || c < 0) return make_error(path, ": entry '", name, "' has count ", c);
+      e.counts.push_back(static_cast<int64_t>(c));
+    }
     e.sum2.resize(sums.size());
     for (size_t j = 0; j < sums.size(); ++j) {
       if (!std::isfinite(sums[j]) || sums[j] < 0)
@@ -119,7 +125,45 @@ std::function<Status(const Tensor&, const Backend&)> ImatrixCollector::observer(
   return [this](const Tensor& node, const Backend& backend) { return observe(node, backend); };
 }
 
+// A mixture-of-experts product: each (token, slot) row of the activations under the expert the
+// route chose for it.
+Status ImatrixCollector::observe_experts(const Tensor& node, const Backend& backend) {
+  const Tensor* w = node.src[0];
+  const Tensor* a = node.src[1];
+  const Tensor* route = node.src[2];
+  const int32_t n_used = node.params.i[0];
+  const int64_t k = w->ne[0], n_expert = w->ne[2];
+  if (a->type != DType::F32 || route->type != DType::F32 || !route->is_contiguous())
+    return make_error("imatrix: the activations or route of '", w->name, "' are not F32");
+  bytes_.resize(a->nbytes());
+  KITE_TRY(backend.download(*a, bytes_.data(), bytes_.size()));
+  std::vector<float> r(static_cast<size_t>(route->n_elements()));
+  KITE_TRY(backend.download(*route, r.data(), r.size() * sizeof(float)));
+  ImatrixEntry& e = m_.entries[w->name];
+  if (e.sum2.empty()) {
+    e.sum2.assign(static_cast<size_t>(k * n_expert), 0.0);
+    e.counts.assign(static_cast<size_t>(n_expert), 0);
+  }
+  if (e.counts.size() != static_cast<size_t>(n_expert) || e.n_cols() != k)
+    return make_error("imatrix: '", w->name, "' seen as ", n_expert, " experts of ", k, " columns, earlier as ",
+                      e.counts.size(), " of ", e.n_cols());
+  for (int64_t t = 0; t < a->ne[2]; ++t)
+    for (int32_t j = 0; j < n_used; ++j) {
+      const float id = r[static_cast<size_t>(t * route->ne[0] + n_used + j)];
+      if (!(id >= 0.f && id < static_cast<float>(n_expert))) continue;  // (a route's padding)
+      const auto ex = static_cast<size_t>(id);
+      const auto* x = reinterpret_cast<const float*>(bytes_.data() + (a->ne[1] == 1 ? 0 : j) * a->nb[1] + t * a->nb[2]);
+      double* acc = e.sum2.data() + ex * static_cast<size_t>(k);
+      for (int64_t i = 0; i < k; ++i) acc[i] += static_cast<double>(x[i]) * x[i];
+      ++e.counts[ex];
+    }
+  for (double v : e.sum2)
+    if (!std::isfinite(v)) return make_error("imatrix: non-finite activations in the input of '", w->name, "'");
+  return ok_status();
+}
+
 Status ImatrixCollector::observe(const Tensor& node, const Backend& backend) {
+  if (node.op == Op::kMulMatId && node.src[0]->name.starts_with("blk.")) return observe_experts(node, backend);
   if (node.op != Op::kMulMat) return ok_status();
   const Tensor* w = node.src[0];
   const Tensor* a = node.src[1];
@@ -133,16 +177,19 @@ Status ImatrixCollector::observe(const Tensor& node, const Backend& backend) {
   bytes_.resize(a->nbytes());
   KITE_TRY(backend.download(*a, bytes_.data(), bytes_.size()));
   ImatrixEntry& e = m_.entries[w->name];
-  if (e.sum2.empty()) e.sum2.assign(static_cast<size_t>(w->ne[0]), 0.0);
-  if (e.sum2.size() != static_cast<size_t>(w->ne[0]))
-    return make_error("imatrix: '", w->name, "' seen with ", w->ne[0], " columns, earlier with ", e.sum2.size());
+  if (e.sum2.empty()) {
+    e.sum2.assign(static_cast<size_t>(w->ne[0]), 0.0);
+    e.counts.assign(1, 0);
+  }
+  if (e.sum2.size() != static_cast<size_t>(w->ne[0]) || e.counts.size() != 1)
+    return make_error("imatrix: '", w->name, "' seen with ", w->ne[0], " columns, earlier with ", e.n_cols());
   for (int64_t i3 = 0; i3 < a->ne[3]; ++i3)
     for (int64_t i2 = 0; i2 < a->ne[2]; ++i2)
       for (int64_t i1 = 0; i1 < a->ne[1]; ++i1) {
         const auto* x = reinterpret_cast<const float*>(bytes_.data() + i1 * a->nb[1] + i2 * a->nb[2] + i3 * a->nb[3]);
         for (int64_t j = 0; j < a->ne[0]; ++j) e.sum2[static_cast<size_t>(j)] += static_cast<double>(x[j]) * x[j];
       }
-  e.count += a->n_rows();
+  e.counts[0] += a->n_rows();
   for (int64_t j = 0; j < a->ne[0]; ++j)
     if (!std::isfinite(e.sum2[static_cast<size_t>(j)]))
       return make_error("imatrix: non-finite activations in the input of '", w->name, "'");

@@ -10,8 +10,10 @@
 //   general.type = "imatrix", imatrix.datasets (string array), imatrix.chunk_count and
 //   imatrix.chunk_size (u32); per weight, F32 tensors "<name>.in_sum2" [n_cols, 1] and
 //   "<name>.counts" [1, 1], in name order.
-// Mixture-of-experts weights (3-D, one count per expert) are out of scope: such entries are
-// rejected on load.
+// Mixture-of-experts weights (3-D, [n_cols, n_rows, n_expert]) as llama-imatrix keeps them: one
+// sum per column and expert ("<name>.in_sum2" [n_cols, n_expert]) and one count per expert
+// ("<name>.counts" [1, n_expert]), accumulated from the tokens routed to each expert (the
+// mul_mat_id nodes' route).
 #pragma once
 
 #include <cstdint>
@@ -30,8 +32,9 @@
 namespace kite {
 
 struct ImatrixEntry {
-  std::vector<double> sum2;  // per input column (the weight's ne[0]): sum of a_j^2
-  int64_t count = 0;         // activation rows (tokens) accumulated
+  std::vector<double> sum2;     // per input column (the weight's ne[0]) and matrix: sum of a_j^2
+  std::vector<int64_t> counts;  // per matrix (one; an MoE weight: one per expert): rows accumulated
+  int64_t n_cols() const { return counts.empty() ? 0 : static_cast<int64_t>(sum2.size() / counts.size()); }
 };
 
 struct Imatrix {
@@ -40,14 +43,16 @@ struct Imatrix {
   uint32_t chunk_count = 0;
   uint32_t chunk_size = 0;                      // tokens per chunk
 
-  // Per-column importance sum2 / count for each entry with a non-zero count: what the
-  // quantizers weight their error with (llama-quantize normalizes the same way).
+  // Per-column importance sum2 / count (per matrix: n_cols values an expert) for each entry with
+  // a non-zero count: what the quantizers weight their error with (llama-quantize normalizes the
+  // same way, and gives an expert no token reached the importance 1 everywhere).
   std::map<std::string, std::vector<float>> importance() const;
 };
 
 Status save_imatrix(const Imatrix& m, const std::string& path);
 // Errors name the file and the entry: not a GGUF file, an in_sum2 without its counts (or the
-// reverse), non-F32 data, several experts, non-finite or negative values.
+// reverse), non-F32 data, sums and counts of different matrix counts, non-finite or negative
+// values.
 Result<Imatrix> load_imatrix(const std::string& path);
 
 // Accumulates the activations of every matmul whose weight name passes the filter: blk.* (as
@@ -59,6 +64,7 @@ class ImatrixCollector {
   // For ContextOptions::op_observer (the collector must outlive the context's use of it).
   std::function<Status(const Tensor&, const Backend&)> observer();
   Status observe(const Tensor& node, const Backend& backend);
+  Status observe_experts(const Tensor& node, const Backend& backend);
   Imatrix& imatrix() { return m_; }
 
  private:
