@@ -87,33 +87,41 @@ struct PplReference {
   std::string dir = testdata("gguf");
 };
 
-// Perplexity of each GGUF file of the reference (all when `files` is empty) on `device`, over the
-// first `max_tokens` tokens of the held-out text (0: all of it), against the CPU's over the same
-// span (over all of it, llama.cpp's ppl_ctx256 is the reference): within `tolerance`.
+// Perplexity of the model at `path` on `device` over the first `max_tokens` tokens of the
+// held-out text (0: all of it), against the CPU's over the same span, or over all of it against
+// `llama_cpp_ppl` (the file's ppl_ctx256): within `tolerance`.
+inline void check_perplexity_of(const std::string& device, const std::string& path, size_t max_tokens, double tolerance,
+                                double llama_cpp_ppl = 0) {
+  const std::string file = std::filesystem::path(path).filename().string();
+  const LoadedModel l = load_model_at(path, file);
+  EncodeOptions eo;
+  eo.add_special = false;
+  std::vector<TokenId> tokens = l.tok->encode(read_file(testdata("heldout.txt")), eo);
+  tokens.insert(tokens.begin(), l.tok->bos());
+  if (max_tokens > 0 && tokens.size() > max_tokens) tokens.resize(max_tokens);
+  auto ctx = make_device_ctx(l, device, 256);
+  auto r = perplexity_llama_cpp(*ctx, tokens, l.tok->bos(), 256);
+  REQUIRE_MESSAGE(r.ok(), file, ": ", (r.ok() ? std::string() : r.error().message));
+  double want = llama_cpp_ppl;
+  if (max_tokens > 0) {  // the same span on the CPU (itself within 0.5% of llama.cpp: test_perplexity)
+    auto cpu = make_device_ctx(l, "cpu", 256);
+    auto rc = perplexity_llama_cpp(*cpu, tokens, l.tok->bos(), 256);
+    REQUIRE_MESSAGE(rc.ok(), file, ": ", (rc.ok() ? std::string() : rc.error().message));
+    want = rc->ppl;
+  }
+  REQUIRE_MESSAGE(want > 0, file, ": no reference perplexity");
+  MESSAGE(file, " on ", device, ": ", r->ppl, " (reference ", want, ", ", 100 * (r->ppl / want - 1), "%)");
+  CHECK_MESSAGE(std::fabs(r->ppl / want - 1) < tolerance, file);
+}
+
+// check_perplexity_of each GGUF file of the reference (all when `files` is empty), its
+// ppl_ctx256 llama.cpp's.
 inline void check_perplexity(const std::string& device, const std::vector<std::string>& files, size_t max_tokens,
                              double tolerance = 0.005, const PplReference& where = {}) {
   const auto peer = nlohmann::json::parse(read_file(where.json));
-  const std::string heldout = read_file(testdata("heldout.txt"));
   for (const auto& [file, ref] : peer.items()) {
     if (!files.empty() && std::find(files.begin(), files.end(), file) == files.end()) continue;
-    const LoadedModel l = load_model_at(where.dir + "/" + file, file);
-    EncodeOptions eo;
-    eo.add_special = false;
-    std::vector<TokenId> tokens = l.tok->encode(heldout, eo);
-    tokens.insert(tokens.begin(), l.tok->bos());
-    if (max_tokens > 0 && tokens.size() > max_tokens) tokens.resize(max_tokens);
-    auto ctx = make_device_ctx(l, device, 256);
-    auto r = perplexity_llama_cpp(*ctx, tokens, l.tok->bos(), 256);
-    REQUIRE_MESSAGE(r.ok(), file, ": ", (r.ok() ? std::string() : r.error().message));
-    double want = ref["ppl_ctx256"].get<double>();
-    if (max_tokens > 0) {  // the same span on the CPU (itself within 0.5% of llama.cpp: test_perplexity)
-      auto cpu = make_device_ctx(l, "cpu", 256);
-      auto rc = perplexity_llama_cpp(*cpu, tokens, l.tok->bos(), 256);
-      REQUIRE_MESSAGE(rc.ok(), file, ": ", (rc.ok() ? std::string() : rc.error().message));
-      want = rc->ppl;
-    }
-    MESSAGE(file, " on ", device, ": ", r->ppl, " (reference ", want, ", ", 100 * (r->ppl / want - 1), "%)");
-    CHECK_MESSAGE(std::fabs(r->ppl / want - 1) < tolerance, file);
+    check_perplexity_of(device, where.dir + "/" + file, max_tokens, tolerance, ref["ppl_ctx256"].get<double>());
   }
 }
 
@@ -197,26 +205,47 @@ inline void check_batch_invariance(const std::string& device, const std::string&
   check_batch_invariance(device, load_model(model), steps);
 }
 
-// The MoE test model (tests/moe_model.h's qwen3moe) on `device`, its experts wherever the
-// context puts them (on the CPU where the device has no kernels for them): greedy tokens as the
-// CPU's, a sequence's tokens independent of its batch, and perplexity over the first
-// `max_tokens` tokens as the CPU's (0: the whole text, against llama.cpp's).
+// The MoE test model (tests/moe_model.h's qwen3moe) on `device`, F16 and as kite's Q4_K_M of it,
+// its experts wherever the context puts them (on the CPU where the device has no kernels for
+// their type, which the CLI says): greedy tokens as the CPU's, a sequence's tokens independent
+// of its batch, and perplexity over the first `max_tokens` tokens as the CPU's (0: the F16 one's
+// over the whole text, against llama.cpp's).
 inline void check_moe(const std::string& device, size_t max_tokens, double tolerance = 0.005) {
-  const std::string path = moe_test_file("qwen3moe-tiny.gguf");
-  const LoadedModel l = load_model_at(path, "qwen3moe-tiny");
-  check_greedy_matches_cpu(device, l, "qwen3moe-tiny", 24);
-  check_batch_invariance(device, l, 8);
-  check_perplexity(device, {"qwen3moe-tiny.gguf"}, max_tokens, tolerance,
-                   PplReference{moe_reference_path(), std::filesystem::path(path).parent_path().string()});
-  // The CLI says where the experts ran.
-  const ProcessResult r = run_kite({"run", "-m", path, "--device", device, "-p", "Hello", "-n", "2"});
-  CHECK_MESSAGE(r.exit_code == 0, r.err);
-  Graph g;
-  Tensor* probe = g.mul_mat_id(g.input(DType::F16, {64, 64, 4}, "w"), g.input(DType::F32, {64, 1, 1}, "x"),
-                               g.input(DType::F32, {3, 1}, "route"), 1);
+  const std::string f16 = moe_test_file("qwen3moe-tiny.gguf");
+  const std::string q4 = (std::filesystem::path(f16).parent_path() / "qwen3moe-tiny-kite-Q4_K_M.gguf").string();
+  if (!std::filesystem::exists(q4)) {
+    const ProcessResult q = run_kite({"quantize", f16, q4, "Q4_K_M"});
+    REQUIRE_MESSAGE(q.exit_code == 0, q.err);
+  }
   auto be = create_backend(device);
   REQUIRE(be.ok());
-  CHECK((r.err.find("no kernels for the model's experts") != std::string::npos) == !(*be)->supports(*probe));
+  for (const std::string& path : {f16, q4}) {
+    const std::string name = std::filesystem::path(path).stem().string();
+    const LoadedModel l = load_model_at(path, name);
+    check_greedy_matches_cpu(device, l, name, 24);
+    check_batch_invariance(device, l, 8);
+    // The CLI says where the experts ran: on the CPU exactly when the device has no kernels for
+    // the experts' type.
+    const TensorInfo* w = l.model->source().find_tensor("blk.0.ffn_up_exps.weight");
+    REQUIRE(w != nullptr);
+    Graph g;
+    Tensor* probe = g.mul_mat_id(g.input(w->type, {w->ne[0], w->ne[1], w->ne[2]}, "w"),
+                                 g.input(DType::F32, {w->ne[0], 1, 1}, "x"), g.input(DType::F32, {3, 1}, "route"), 1);
+    const ProcessResult r = run_kite({"run", "-m", path, "--device", device, "-p", "Hello", "-n", "4", "--temp", "0"});
+    CHECK_MESSAGE(r.exit_code == 0, r.err);
+    const bool on_cpu = r.err.find("the model's experts run on the CPU") != std::string::npos;
+    MESSAGE(name, " on ", device, ": experts on the ", std::string(on_cpu ? "CPU" : "device"));
+    CHECK(on_cpu == !(*be)->supports(*probe));
+    // --cpu-moe: there even where the device runs them, with the same tokens.
+    const ProcessResult forced =
+        run_kite({"run", "-m", path, "--device", device, "--cpu-moe", "-p", "Hello", "-n", "4", "--temp", "0"});
+    CHECK_MESSAGE(forced.exit_code == 0, forced.err);
+    CHECK(forced.err.find("the model's experts run on the CPU") != std::string::npos);
+    CHECK(forced.out == r.out);
+  }
+  check_perplexity_of(device, f16, max_tokens, tolerance,
+                      nlohmann::json::parse(read_file(moe_reference_path()))["qwen3moe-tiny.gguf"]["ppl_ctx256"]);
+  check_perplexity_of(device, q4, 512, tolerance);  // (kite's own Q4_K_M: no llama.cpp number)
 }
 
 // Sampler's draw with every filter off (what Graph::top_k's draw promises), given the uniform.

@@ -39,6 +39,7 @@ struct BenchArgs {
   int threads = 0;
   std::string device = "cpu";  // where to compute (cpu, cuda)
   int32_t gpu_layers = -1;     // layers on `device` (-1: all)
+  bool cpu_moe = false;        // --cpu-moe
   int32_t tensor_parallel = 1;  // ranks on `device`
   double bandwidth = 0;        // GB/s that tg's achieved GB/s is compared with (0: measure the host's for cpu)
   bool json = false;
@@ -151,6 +152,7 @@ int run_batched(const BenchArgs& a, const std::shared_ptr<const Model>& model, c
     opts.n_threads = a.threads;
     opts.device = a.device;
     opts.gpu_layers = a.gpu_layers;
+    opts.cpu_moe = a.cpu_moe;
     opts.tensor_parallel = a.tensor_parallel;
     opts.n_ctx = a.n_prompt + a.n_gen + 1;
     opts.n_seqs = b;
@@ -166,6 +168,7 @@ int run_batched(const BenchArgs& a, const std::shared_ptr<const Model>& model, c
     margs.threads = a.threads;
     margs.device = a.device;
     margs.gpu_layers = a.gpu_layers;
+    margs.cpu_moe = a.cpu_moe;
     margs.ctx = opts.n_ctx;
     margs.no_prefix_cache = true;
     auto draft = load_draft(a.spec, margs, *model, b);
@@ -409,6 +412,7 @@ int run_single(const BenchArgs& a, const std::shared_ptr<const Model>& model, co
   opts.n_threads = a.threads;
   opts.device = a.device;
   opts.gpu_layers = a.gpu_layers;
+  opts.cpu_moe = a.cpu_moe;
   opts.tensor_parallel = a.tensor_parallel;
   opts.n_ctx = std::max(16, a.depth + std::max(a.n_prompt, a.n_gen));
   opts.kv_type = quant::find_traits(a.kv_type)->type;
@@ -542,6 +546,7 @@ void register_bench(CLI::App& app, Action* run) {
   cmd->add_option("-t,--threads", a->threads, "Threads (default: all physical cores)")->check(at_least(0));
   cmd->add_option("--device", a->device, "Where to compute: cpu, cuda (builds with KITE_CUDA) or vulkan (builds with KITE_VULKAN)");
   add_gpu_layers_flag(cmd, &a->gpu_layers);
+  add_cpu_moe_flag(cmd, &a->cpu_moe);
   cmd->add_option("--tensor-parallel,--tp", a->tensor_parallel, "Split every layer over N ranks on --device")
       ->check(at_least(1));
   cmd->add_option("--bandwidth", a->bandwidth,

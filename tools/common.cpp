@@ -20,8 +20,8 @@ Result<int32_t> parse_gpu_layers(const std::string& text) {
 
 void report_placement(const Context& c, const std::string& device, const char* who) {
   if (c.experts_on_cpu())
-    std::fprintf(stderr, "%s: %s has no kernels for the model's experts: they run on the CPU, the rest on %s\n", who,
-                 device.c_str(), device.c_str());
+    std::fprintf(stderr, "%s: the model's experts run on the CPU, the rest on %s (%s)\n", who, device.c_str(),
+                 c.options().cpu_moe ? "--cpu-moe" : "it has no kernels for the experts' type");
   const std::optional<int32_t> n = c.auto_gpu_layers();
   if (!n) return;
   const int64_t n_layer = c.model().hparams().n_layer;
@@ -104,6 +104,13 @@ void add_gpu_layers_flag(CLI::App* cmd, int32_t* layers) {
           "N|all|auto"));
 }
 
+void add_cpu_moe_flag(CLI::App* cmd, bool* cpu_moe) {
+  cmd->add_flag("--cpu-moe", *cpu_moe,
+                "A mixture-of-experts model's experts on the CPU, the rest of each layer on --device "
+                "(llama.cpp's --cpu-moe: for a model bigger than the GPU's memory). Without it they run on the "
+                "CPU only where --device has no kernels for their type");
+}
+
 void add_model_flags(CLI::App* cmd, ModelArgs* a) {
   cmd->add_option("-m,--model", a->model, "A GGUF file or a Hugging Face folder")->required();
   cmd->add_option("-t,--threads", a->threads, "Threads (default: all physical cores)")->check(at_least(0));
@@ -111,6 +118,7 @@ void add_model_flags(CLI::App* cmd, ModelArgs* a) {
       ->check(at_least(0));
   cmd->add_option("--device", a->device, "Where to compute: cpu, cuda (an NVIDIA GPU; builds with KITE_CUDA) or vulkan (any Vulkan 1.2 GPU; builds with KITE_VULKAN); cuda:N / vulkan:N pick device N");
   add_gpu_layers_flag(cmd, &a->gpu_layers);
+  add_cpu_moe_flag(cmd, &a->cpu_moe);
   cmd->add_option("--tensor-parallel,--tp", a->tensor_parallel,
                   "Split every layer over N ranks on --device (heads and FFN width; cpu: threads sharing -t)")
       ->check(at_least(1));
@@ -156,6 +164,7 @@ Result<Loaded> load_model(const ModelArgs& a, int32_t n_seqs) {
   opts.n_seqs = n_seqs;
   opts.device = a.device;
   opts.gpu_layers = a.gpu_layers;
+  opts.cpu_moe = a.cpu_moe;
   opts.tensor_parallel = a.tensor_parallel;
   opts.kv_type = quant::find_traits(a.kv_type)->type;
   opts.prefix_cache = !a.no_prefix_cache;
@@ -231,6 +240,7 @@ Result<std::unique_ptr<Context>> load_draft(const SpecArgs& a, const ModelArgs& 
   opts.n_seqs = n_seqs;
   opts.device = target_args.device;
   opts.gpu_layers = target_args.gpu_layers;
+  opts.cpu_moe = target_args.cpu_moe;
   opts.kv_type = quant::find_traits(target_args.kv_type)->type;
   opts.prefix_cache = !target_args.no_prefix_cache;
   auto ctx = Context::create(std::move(*model), opts);

@@ -25,6 +25,7 @@ struct ModelArgs {
   int64_t ctx = 2048;
   std::string device = "cpu";
   int32_t gpu_layers = -1;  // --gpu-layers: layers on --device (-1: all); ContextOptions::gpu_layers
+  bool cpu_moe = false;     // --cpu-moe: ContextOptions::cpu_moe
   int32_t tensor_parallel = 1;  // --tensor-parallel: ranks on --device; ContextOptions::tensor_parallel
   std::string kv_type = "f16";
   std::string kv_memory;  // "512M", "2G": the KV pool's size (default: every slot holds ctx positions)
@@ -33,11 +34,13 @@ struct ModelArgs {
   std::string dump_dir;
 };
 
-// -m/--model (required), -t/--threads, -c/--ctx, --device, --gpu-layers, --tensor-parallel,
-// --kv-type, --kv-memory, --no-prefix-cache, --dump-ops, --dump-dir.
+// -m/--model (required), -t/--threads, -c/--ctx, --device, --gpu-layers, --cpu-moe,
+// --tensor-parallel, --kv-type, --kv-memory, --no-prefix-cache, --dump-ops, --dump-dir.
 void add_model_flags(CLI::App* cmd, ModelArgs* a);
 // --gpu-layers N|all|auto into `*layers` (-1: all); a bad value is a usage error naming it.
 void add_gpu_layers_flag(CLI::App* cmd, int32_t* layers);
+// --cpu-moe (ContextOptions::cpu_moe).
+void add_cpu_moe_flag(CLI::App* cmd, bool* cpu_moe);
 // "12" -> 12, "all" or "-1" -> -1, "auto" -> kGpuLayersAuto; anything else is an error naming
 // the text.
 Result<int32_t> parse_gpu_layers(const std::string& text);

@@ -197,6 +197,44 @@ cudaError_t launch_binary(int op, Rows dst, Rows a, Rows b, int64_t ne0, int64_t
   return cudaGetLastError();
 }
 
+// Op::kMoeSum: a block a token; its first warp turns the route into the slots' weights (in
+// shared memory, slot j at lane j, j + 32, ...), then the block sums the slots' rows.
+__global__ void moe_sum_kernel(float* dst, const float* y, int64_t m, int n_used, const float* route, int64_t route_ld,
+                               int norm, float scale) {
+  KITE_GRID_DEPENDENCY();
+  KITE_SHARED(wts, float[128]);
+  const int64_t t = blockIdx.x;
+  const float* r = route + t * route_ld;
+  if (threadIdx.x < 32) {
+    const int lane = static_cast<int>(threadIdx.x);
+    float part = 0.f;
+    for (int j = lane; j < n_used; j += 32) {
+      const float w = r[n_used + j] >= 0.f ? expf(r[j] - r[2 * n_used]) : 0.f;
+      wts[j] = w;
+      part += w;
+    }
+    const float sum = warp_sum(part);
+    const float mul = (norm ? 1.f / fmaxf(sum, 6.103515625e-5f) : 1.f) * (scale != 0.f ? scale : 1.f);
+    for (int j = lane; j < n_used; j += 32) wts[j] *= mul;
+  }
+  __syncthreads();
+  for (int64_t i = threadIdx.x; i < m; i += blockDim.x) {
+    float acc = 0.f;
+    for (int j = 0; j < n_used; ++j)
+      if (wts[j] != 0.f) acc += wts[j] * y[(t * n_used + j) * m + i];
+    dst[t * m + i] = acc;
+  }
+}
+
+cudaError_t launch_moe_sum(float* dst, const float* y, int64_t m, int n_used, int64_t n_tok, const float* route,
+                           int64_t route_ld, bool norm, float scale, cudaStream_t s) {
+  if (n_used < 1 || n_used > 128) return cudaErrorInvalidValue;
+  if (m == 0 || n_tok == 0) return cudaSuccess;
+  KITE_KERNEL(static_cast<unsigned>(n_tok), kThreads, 0, s, moe_sum_kernel)(dst, y, m, n_used, route, route_ld,
+                                                                            norm ? 1 : 0, scale);
+  return cudaGetLastError();
+}
+
 cudaError_t launch_scale(Rows dst, Rows a, float scale, int64_t ne0, int64_t n_rows, cudaStream_t s) {
   const int64_t n = ne0 * n_rows;
   if (n == 0) return cudaSuccess;

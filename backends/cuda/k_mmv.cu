@@ -92,6 +92,18 @@ cudaError_t launch_quantize_act(const float* x, size_t ldx, int64_t k, int64_t n
   return cudaGetLastError();
 }
 
+cudaError_t launch_mmvq_id(int type, const MatVecIdArgs& a, cudaStream_t s) {
+  if (a.k % 32 != 0 || a.n_used < 1 || (a.nx != 1 && a.nx != a.n_used)) return cudaErrorInvalidValue;
+  if (a.m == 0 || a.n_tok == 0) return cudaSuccess;
+  switch (type) {
+    case kQ2_K: case kQ3_K: case kQ4_K: case kQ5_K: case kQ6_K: case kIQ4_XS:
+      return launch_mmvq_id_kquant(type, a, s);
+    case kIQ2_XXS: case kIQ2_XS: case kIQ2_S: case kIQ3_XXS: case kIQ3_S: case kIQ1_S: case kIQ1_M:
+      return launch_mmvq_id_iq(type, a, s);
+    default: return launch_mmvq_id_legacy(type, a, s);
+  }
+}
+
 cudaError_t launch_mmvq(int type, const MatVecJob& job, int64_t k, const int8_t* q, const float* ds, int n,
                         cudaStream_t s) {
   if (!matvec_job_ok(job, n)) return cudaErrorInvalidValue;

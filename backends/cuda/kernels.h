@@ -209,6 +209,36 @@ cudaError_t launch_mmvq_kquant(int type, const MatVecJob& job, int64_t k, const 
 cudaError_t launch_mmvq_iq(int type, const MatVecJob& job, int64_t k, const int8_t* q, const float* ds, int n,
                            cudaStream_t s);
 
+// ---- mixture of experts (mmvq.cuh's k_mmvq_*.cu instances, k_elementwise.cu) --------------
+// Op::kMulMatId with quantized experts (the types launch_mmvq takes): w [k, m, n_expert] (rows
+// row_bytes apart, experts expert_bytes apart); route: Graph::top_k's rows, route_ld floats apart
+// (n_used values, then their indices as floats); q/ds: launch_quantize_act of the activations,
+// nx columns a token (1: every slot reads its token's column; n_used: slot j column j). dst
+// [m, n_used, n_tok] contiguous; a slot whose index is no expert (a route's padding) gets zeros.
+// One warp a row and (token, slot) pair, as the mat-vec kernels: a decode step's shape (a batch
+// re-reads an expert's rows for each of its pairs).
+struct MatVecIdArgs {
+  const void* w = nullptr;
+  size_t row_bytes = 0, expert_bytes = 0;
+  int64_t k = 0, m = 0, n_expert = 0;
+  const float* route = nullptr;
+  int64_t route_ld = 0;
+  int n_used = 1, nx = 1;
+  int64_t n_tok = 0;
+  const int8_t* q = nullptr;
+  const float* ds = nullptr;
+  float* dst = nullptr;
+};
+cudaError_t launch_mmvq_id(int type, const MatVecIdArgs& a, cudaStream_t s);
+cudaError_t launch_mmvq_id_legacy(int type, const MatVecIdArgs& a, cudaStream_t s);
+cudaError_t launch_mmvq_id_kquant(int type, const MatVecIdArgs& a, cudaStream_t s);
+cudaError_t launch_mmvq_id_iq(int type, const MatVecIdArgs& a, cudaStream_t s);
+// Op::kMoeSum: dst [m, n_tok] (contiguous), column t = sum over slots j of y[:, j, t] (contiguous
+// [m, n_used, n_tok]) times the route's weight of slot j: exp(value - log_sum_exp), with `norm`
+// over their sum (at least 2^-14), times `scale` unless 0 or 1; 0 for padding (index -1).
+cudaError_t launch_moe_sum(float* dst, const float* y, int64_t m, int n_used, int64_t n_tok, const float* route,
+                           int64_t route_ld, bool norm, float scale, cudaStream_t s);
+
 // ---- int8 tensor-core matrix-matrix product (k_mmq.cu) ------------------------------------
 // dst[c * ldd + i] = W row i · column c for any number of columns n, quantized W of `type` (the
 // types launch_mmvq takes), from launch_quantize_act's q/ds; mma.sync int8 (sm_80+). On a device

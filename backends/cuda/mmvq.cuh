@@ -56,6 +56,40 @@ __global__ void __launch_bounds__(kMatVecWarps * 32, kHeadNormMinBlocks)
   mmvq_body<T, NC, false, kTailHeadNormRope>(g, n_units, q, ds);
 }
 
+// Op::kMulMatId (kernels.h MatVecIdArgs): blockIdx.x the (token, slot) pair, blockIdx.y a block
+// of kMatVecWarps rows; the pair's expert read from the route.
+template <int T>
+__global__ void __launch_bounds__(kMatVecWarps * 32) mmvq_id_kernel(MatVecIdArgs a) {
+  KITE_GRID_DEPENDENCY();
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  const int64_t row = static_cast<int64_t>(blockIdx.y) * kMatVecWarps + warp;
+  if (row >= a.m) return;  // (a whole warp)
+  const int64_t p = blockIdx.x, t = p / a.n_used;
+  const int j = static_cast<int>(p % a.n_used);
+  const float id = a.route[t * a.route_ld + a.n_used + j];
+  float* dst = a.dst + p * a.m + row;
+  if (!(id >= 0.f && id < static_cast<float>(a.n_expert))) {
+    if (lane == 0) *dst = 0.f;
+    return;
+  }
+  const int n_units = static_cast<int>(a.k / 32);
+  const int64_t col = t * a.nx + (a.nx > 1 ? j : 0);
+  const auto* wr = static_cast<const uint8_t*>(a.w) + static_cast<int64_t>(id) * static_cast<int64_t>(a.expert_bytes) +
+                   row * static_cast<int64_t>(a.row_bytes);
+  float acc[1] = {0.f};
+  mmvq_dot<T, 1>(wr, n_units, a.q + col * a.k, reinterpret_cast<const float4*>(a.ds) + col * n_units, lane, acc);
+  const float v = warp_sum(acc[0]);
+  if (lane == 0) *dst = v;
+}
+
+template <int T>
+cudaError_t launch_mmvq_id_t(const MatVecIdArgs& a, cudaStream_t s) {
+  const dim3 grid(static_cast<unsigned>(a.n_tok * a.n_used),
+                  static_cast<unsigned>((a.m + kMatVecWarps - 1) / kMatVecWarps));
+  KITE_KERNEL(grid, kMatVecWarps * 32, 0, s, mmvq_id_kernel<T>)(a);
+  return cudaGetLastError();
+}
+
 template <int T>
 cudaError_t launch_mmvq_t(const MatVecJob& job, int64_t k, const int8_t* q, const float* ds, int n, cudaStream_t s) {
   const MatVecGrid g = matvec_grid(job);

@@ -343,6 +343,35 @@ Result<RowConversion> kv_write_rows(Device& dev, const Tensor* n) {
 }
 
 // One kv_write, or two (a layer's keys and values) in one launch.
+// Op::kMulMatId: the activations' int8 columns (shared with the layer's other expert product of
+// the same input), then one launch over every (token, slot) pair.
+Status mul_mat_id(Device& dev, OpScratch& sc, Tensor* n) {
+  const Tensor* w = n->src[0];
+  const Tensor* x = n->src[1];
+  const Tensor* route = n->src[2];
+  KITE_ASSIGN_OR_RETURN(const Activations act, activations(dev, sc, x));
+  KITE_ASSIGN_OR_RETURN(const Int8Activations q, int8_activations(dev, sc, x, act));
+  MatVecIdArgs a;
+  KITE_ASSIGN_OR_RETURN(a.w, dev.address(w));
+  a.row_bytes = w->nb[1];
+  a.expert_bytes = w->nb[2];
+  a.k = w->ne[0];
+  a.m = w->ne[1];
+  a.n_expert = w->ne[2];
+  KITE_ASSIGN_OR_RETURN(uint8_t * r, dev.address(route));
+  a.route = reinterpret_cast<const float*>(r);
+  a.route_ld = static_cast<int64_t>(route->nb[1] / sizeof(float));
+  a.n_used = n->params.i[0];
+  a.nx = static_cast<int>(x->ne[1]);
+  a.n_tok = x->ne[2];
+  a.q = q.q;
+  a.ds = q.ds;
+  KITE_ASSIGN_OR_RETURN(uint8_t * d, dev.address(n));
+  a.dst = reinterpret_cast<float*>(d);
+  KITE_LAUNCH(launch_mmvq_id(tid(w->type), a, dev.stream()));
+  return ok_status();
+}
+
 Status kv_write(Device& dev, const Tensor* n, const Tensor* second = nullptr) {
   KITE_ASSIGN_OR_RETURN(const RowConversion a, kv_write_rows(dev, n));
   RowConversion b;
@@ -376,6 +405,13 @@ bool node_supported(const Tensor& n) {
     case Op::kAllReduce: return false;  // (run by the backend itself: cuda_backend.cpp)
     case Op::kTopK:
       return n.src[0]->type == DType::F32 && n.src[0]->nb[0] == sizeof(float) && n.params.i[0] >= 1 &&
+             n.params.i[0] <= kMaxTopK;
+    case Op::kMulMatId:  // (quantized experts: the int8 kernels)
+      return !is_float(n.src[0]->type) && weight_type_ok(n.src[0]->type) && n.src[0]->ne[0] % 32 == 0 &&
+             n.src[1]->type == DType::F32 && n.src[2]->type == DType::F32 && n.src[2]->nb[0] == sizeof(float) &&
+             n.src[0]->ne[1] < 4 * 65535;  // (its row blocks of 4 along the grid's y)
+    case Op::kMoeSum:
+      return n.src[0]->type == DType::F32 && n.src[0]->is_contiguous() && n.src[1]->nb[0] == sizeof(float) &&
              n.params.i[0] <= kMaxTopK;
     case Op::kAttention: {
       const int64_t hd = n.src[0]->ne[0];
@@ -441,6 +477,17 @@ Status run_node(Device& dev, OpScratch& sc, Tensor* n) {
       return ok_status();
     }
     case Op::kKvWrite: return kv_write(dev, n);
+    case Op::kMulMatId: return mul_mat_id(dev, sc, n);
+    case Op::kMoeSum: {
+      KITE_ASSIGN_OR_RETURN(uint8_t * y, dev.address(n->src[0]));
+      KITE_ASSIGN_OR_RETURN(uint8_t * r, dev.address(n->src[1]));
+      KITE_ASSIGN_OR_RETURN(uint8_t * d, dev.address(n));
+      KITE_LAUNCH(launch_moe_sum(reinterpret_cast<float*>(d), reinterpret_cast<const float*>(y), n->ne[0],
+                                 n->params.i[0], n->ne[1], reinterpret_cast<const float*>(r),
+                                 static_cast<int64_t>(n->src[1]->nb[1] / sizeof(float)), n->params.i[1] != 0,
+                                 n->params.f[0], s));
+      return ok_status();
+    }
     case Op::kTopK: {
       const Tensor* a = n->src[0];
       KITE_ASSIGN_OR_RETURN(uint8_t * ap, dev.address(a));

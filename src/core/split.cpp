@@ -1,6 +1,7 @@
 #include "src/core/split.h"
 
 #include <string>
+#include <unordered_set>
 
 namespace kite {
 namespace {
@@ -26,17 +27,19 @@ std::unique_ptr<Tensor> contiguous_like(const Tensor& t, std::string name) {
 
 Result<SplitGraph> SplitGraph::make(Graph& g, std::span<Backend* const> backends,
                                     const std::function<int(int32_t layer)>& placement, int fallback,
-                                    size_t alignment) {
+                                    const std::function<bool(const Tensor&)>& to_fallback, size_t alignment) {
   SplitGraph sg;
   const int n_b = static_cast<int>(backends.size());
   if (n_b == 0) return make_error("graph split: no backends");
 
   // 1. Every node's backend; runs of one backend become splits.
+  std::unordered_set<const Tensor*> moved;  // nodes sent to the fallback backend
   for (Tensor* n : g.nodes()) {
     int b = -1;
     Tensor* s = n->src[0];
     if (aliases_src0(n->op) && s != nullptr && s->op != Op::kNone) {
       b = sg.node_backend_.at(s);  // a view runs where its source's bytes are
+      if (moved.count(s) != 0) moved.insert(n);
     } else if (aliases_src0(n->op) && s != nullptr && s->buffer != nullptr) {
       b = owner_of(s->buffer, backends);  // kv_write: where the cache is
       if (b < 0) return make_error("graph split: '", s->name, "' is in a buffer of none of the context's backends");
@@ -44,7 +47,19 @@ Result<SplitGraph> SplitGraph::make(Graph& g, std::span<Backend* const> backends
       b = placement(n->layer);
       if (b < 0 || b >= n_b)
         return make_error("graph split: layer ", n->layer, " is placed on backend ", b, ", but there are ", n_b);
-      if (fallback >= 0 && fallback < n_b && !backends[static_cast<size_t>(b)]->supports(*n)) b = fallback;
+      if (fallback >= 0 && fallback < n_b && b != fallback) {
+        bool computed = false, all_moved = true;  // (the nodes n reads: all moved to the fallback?)
+        for (const Tensor* s2 : n->src)
+          if (s2 != nullptr && s2->op != Op::kNone) {
+            computed = true;
+            all_moved = all_moved && moved.count(s2) != 0;
+          }
+        if (!backends[static_cast<size_t>(b)]->supports(*n) || (to_fallback && to_fallback(*n)) ||
+            (computed && all_moved)) {
+          b = fallback;
+          moved.insert(n);
+        }
+      }
     }
     sg.node_backend_[n] = b;
     if (sg.splits_.empty() || sg.splits_.back().backend != b) sg.splits_.push_back(GraphSplit{b, {}, {}});

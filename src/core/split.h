@@ -52,14 +52,15 @@ struct SplitStats {
 
 class SplitGraph {
  public:
-  // `placement(layer)` is the index into `backends` of the nodes tagged `layer`; a node its
-  // backend does not support runs on backend `fallback` instead where one is given (>= 0: the
-  // CPU, e.g. an MoE layer's experts beside its attention on a GPU without expert kernels). An
-  // error names a placement out of range or a tensor that lives on one backend and is read by
-  // another.
+  // `placement(layer)` is the index into `backends` of the nodes tagged `layer`. Where a
+  // `fallback` backend is given (>= 0: the CPU), a node runs there instead when its backend does
+  // not support it, when `to_fallback` (if set) says so, or when every node it reads runs there
+  // (so a chain of them does not cross back and forth): an MoE layer's experts on the CPU beside
+  // its attention on a GPU. An error names a placement out of range or a tensor that lives on
+  // one backend and is read by another.
   static Result<SplitGraph> make(Graph& g, std::span<Backend* const> backends,
                                  const std::function<int(int32_t layer)>& placement, int fallback = -1,
-                                 size_t alignment = 64);
+                                 const std::function<bool(const Tensor&)>& to_fallback = {}, size_t alignment = 64);
 
   const std::vector<GraphSplit>& splits() const { return splits_; }
   int n_copies() const;  // copies per run

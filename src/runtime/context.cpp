@@ -112,7 +112,8 @@ Status Context::open_backends() {
   // each layer's attention on the device (SplitGraph's fallback): a CPU backend joins a
   // whole-model device context.
   const bool whole_on_device = !split && n < 0;
-  if (!backends_.back()->is_host() && !experts_supported(*backends_.back())) {
+  if (!backends_.back()->is_host() && model_->hparams().n_expert > 0 &&
+      (opts_.cpu_moe || !experts_supported(*backends_.back()))) {
     if (whole_on_device) {
       KITE_ASSIGN_OR_RETURN(auto cpu, create_backend("cpu", bo));
       backends_.insert(backends_.begin(), std::move(cpu));
@@ -173,9 +174,9 @@ bool Context::experts_supported(const Backend& dev) const {
 }
 
 // Weights that `dev` does not hold though their layer is placed on it: experts that run on
-// the CPU (open_backends).
+// the CPU (cpu_moe, or `dev` has no kernels for them: open_backends).
 bool Context::on_cpu(const Backend& dev, const Tensor& t) const {
-  return !dev.is_host() && Model::is_expert_weight(t) && !experts_supported(dev);
+  return !dev.is_host() && Model::is_expert_weight(t) && (opts_.cpu_moe || !experts_supported(dev));
 }
 
 // --gpu-layers auto: -1 where the whole model fits in `dev`'s free memory (or `dev` has none of
@@ -284,7 +285,10 @@ Result<Context::Step*> Context::step_for(int64_t n_tokens, int64_t n_outputs, Ou
       }
       if (world > 1) s->backends = {backend_ptrs_[static_cast<size_t>(r)]};
       else s->backends = backend_ptrs_;
-      KITE_ASSIGN_OR_RETURN(s->split, SplitGraph::make(g, s->backends, placement_, world > 1 ? -1 : fallback_));
+      std::function<bool(const Tensor&)> experts;  // (--cpu-moe: even where the device runs them)
+      if (opts_.cpu_moe) experts = [](const Tensor& n) { return n.op == Op::kMulMatId || n.op == Op::kMoeSum; };
+      KITE_ASSIGN_OR_RETURN(s->split,
+                            SplitGraph::make(g, s->backends, placement_, world > 1 ? -1 : fallback_, experts));
       for (const GraphSplit& sp : s->split.splits()) {
         const Backend& be = *s->backends[static_cast<size_t>(sp.backend)];
         for (const Tensor* n : sp.nodes)

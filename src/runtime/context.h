@@ -47,6 +47,10 @@ struct ContextOptions {
   // kGpuLayersAuto (-2): as many of the last layers as fit in the device's free memory, with
   // room left for activations (all of them, and the embedding, when the whole model fits).
   int32_t gpu_layers = -1;
+  // A mixture-of-experts model's experts on the CPU, the rest of each layer on `device` (llama.cpp's
+  // --cpu-moe: a model bigger than the GPU's memory, most of it experts). Without it they run on
+  // the CPU only where `device` has no kernels for their type.
+  bool cpu_moe = false;
   // Tensor parallelism: ranks of a group on `device`, each running every layer over its slice
   // of the heads and FFN width (model.h, TpRank), summing partial results with all_reduce.
   // "cpu": ranks are threads of this process, n_threads shared among them (the sharding runs
@@ -131,8 +135,10 @@ class Context {
   int placement(int32_t layer) const { return placement_(layer); }
   // With gpu_layers kGpuLayersAuto: the count it chose (-1: the whole model on the device).
   std::optional<int32_t> auto_gpu_layers() const { return auto_layers_; }
-  // Whether an MoE model's experts run on the CPU because the device has no kernels for them.
+  // Whether an MoE model's experts run on the CPU beside the device (cpu_moe, or the device has
+  // no kernels for them).
   bool experts_on_cpu() const { return fallback_ >= 0; }
+  const ContextOptions& options() const { return opts_; }
   // Copies between backends so far, and the splits / copies of the last step's graph.
   const SplitStats& split_stats() const { return split_stats_; }
   int last_splits() const { return last_splits_; }

@@ -448,6 +448,7 @@ bool Engine::aux_turn() {
     co.n_seqs = 1;
     co.device = opts_.model.device;
     co.gpu_layers = opts_.model.gpu_layers;
+    co.cpu_moe = opts_.model.cpu_moe;
     co.kv_type = quant::find_traits(opts_.model.kv_type)->type;
     co.prefix_cache = false;
     auto ctx = Context::create(loaded_.model, co);
