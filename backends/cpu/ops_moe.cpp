@@ -6,6 +6,7 @@
 // plain mul_mat; a decode step: one column an expert, the one-row kernels): thread 0 sorts the
 // pairs (a counting sort by expert, in the shared scratch), the threads gather the columns,
 // run the experts one after another, then scatter the products back to (slot, token) order.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -94,19 +95,20 @@ void op_mul_mat_id(Tensor* dst, const KernelCtx& c) {
       if (e >= 0) ++start[e + 1];
     }
     for (int64_t e = 0; e < l.n_expert; ++e) start[e + 1] += start[e];
-    std::vector<float>& cursor_f = *c.scratch;  // (free until the products below)
-    cursor_f.assign(static_cast<size_t>(l.n_expert), 0.f);
-    auto* cursor = reinterpret_cast<int32_t*>(cursor_f.data());
+    // Each pair at its expert's next place (start[e] runs up to the next expert's start), then
+    // the starts shifted back.
     for (int64_t p = 0; p < l.n_pairs; ++p) {
       const int32_t e = route_id(route, p / n_used, n_used, static_cast<int32_t>(p % n_used), l.n_expert);
       if (e < 0) {
         pos[p] = -1;
         continue;
       }
-      const auto at = static_cast<int32_t>(start[e] + cursor[e]++);
+      const auto at = static_cast<int32_t>(start[e]++);
       pos[p] = at;
       order[at] = static_cast<int32_t>(p);
     }
+    for (int64_t e = l.n_expert; e > 0; --e) start[e] = start[e - 1];
+    start[0] = 0;
   }
   c.barrier->wait();
   const int64_t n_routed = start[l.n_expert];

@@ -105,4 +105,21 @@ cudaError_t launch_mmvq_t(const MatVecJob& job, int64_t k, const int8_t* q, cons
       [&](auto mmvq) { KITE_KERNEL(g.blocks, kMatVecWarps * 32, 0, s, mmvq)(g, n_units, q, d4); });
 }
 
+// The launchers of a family of types, for whichever of them `type` is (each family's .cu file
+// instantiates its own, so the build compiles the families in parallel).
+template <int... Ts>
+struct MmvqFamily {
+  static cudaError_t launch(int type, const MatVecJob& job, int64_t k, const int8_t* q, const float* ds, int n,
+                            cudaStream_t s) {
+    cudaError_t e = cudaErrorInvalidValue;
+    (void)((type == Ts && ((e = launch_mmvq_t<Ts>(job, k, q, ds, n, s)), true)) || ...);
+    return e;
+  }
+  static cudaError_t launch_id(int type, const MatVecIdArgs& a, cudaStream_t s) {
+    cudaError_t e = cudaErrorInvalidValue;
+    (void)((type == Ts && ((e = launch_mmvq_id_t<Ts>(a, s)), true)) || ...);
+    return e;
+  }
+};
+
 }  // namespace kite::cuda

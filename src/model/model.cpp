@@ -69,10 +69,10 @@ Status Model::load_weights(const LoadOptions& opts) {
   const HParams& hp = hp_;
   // The lookups below: 4 model-wide tensors and 14 per layer (15 with experts).
   constexpr size_t kGlobalLookups = 4;
-  const size_t kLayerLookups = hp.n_expert > 0 ? 15 : 14;
+  const size_t layer_lookups = hp.n_expert > 0 ? 15 : 14;
   load_opts_ = &opts;
   load_done_ = 0;
-  load_total_ = kGlobalLookups + kLayerLookups * static_cast<size_t>(std::max<int64_t>(hp.n_layer, 0));
+  load_total_ = kGlobalLookups + layer_lookups * static_cast<size_t>(std::max<int64_t>(hp.n_layer, 0));
   struct Reset {
     const LoadOptions** p;
     ~Reset() { *p = nullptr; }

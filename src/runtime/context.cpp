@@ -108,9 +108,9 @@ Status Context::open_backends() {
     KITE_ASSIGN_OR_RETURN(auto cpu, create_backend("cpu", bo));
     backends_.push_back(std::move(cpu));
   }
-  // An MoE model's experts where the device has no kernels for them run on the CPU, beside
-  // each layer's attention on the device (SplitGraph's fallback): a CPU backend joins a
-  // whole-model device context.
+  // An MoE model's experts run on the CPU, beside each layer's attention on the device, with
+  // cpu_moe or where the device has no kernels for their type (SplitGraph's fallback): a CPU
+  // backend joins a whole-model device context.
   const bool whole_on_device = !split && n < 0;
   if (!backends_.back()->is_host() && model_->hparams().n_expert > 0 &&
       (opts_.cpu_moe || !experts_supported(*backends_.back()))) {
