@@ -176,7 +176,7 @@ TEST_CASE("moe: a Hugging Face Qwen3-MoE folder runs as its GGUF, and kite conve
   CHECK(r.err.find("is missing from the checkpoint") != std::string::npos);
 }
 
-TEST_CASE("moe: kite imatrix gives each expert llama-imatrix's count and sums; IQ2_XS with them as llama-quantize's") {
+TEST_CASE("moe: kite imatrix gives each expert llama-imatrix's count and sums, and IQ2_XS with them llama-quantize's types") {
   const std::string model = moe_test_file("qwen3moe-tiny.gguf");
   const std::string dir = scratch_dir("moe-imatrix-" + std::to_string(getpid())).string();
   const std::string llama_imatrix = std::string(KITE_SOURCE_DIR) + "/tests/data/qwen3moe-tiny-imatrix.gguf";
