@@ -298,7 +298,7 @@ int nans(const std::vector<float>& v) {
 
 }  // namespace
 
-TEST_CASE("cuda-emu: every block starts with unwritten shared memory; KITE_CUDA_EMU_SCHEDULE's orders expose races") {
+TEST_CASE("cuda-emu: every block starts with unwritten shared memory, and KITE_CUDA_EMU_SCHEDULE's orders expose races") {
   using kite::cuda::emu::set_schedule;
   float* d = device_alloc<float>(4 * 64);
   KITE_KERNEL(4, 1, sizeof(float), nullptr, read_before_write)(d);
