@@ -110,7 +110,7 @@ Status HfSource::add_checkpoint_tensors(const hf::Config& config) {
 }
 
 // GGUF keeps a layer's experts as one [k, m, n_expert] tensor; the checkpoint's are apart, so
-// they are copied together into memory the source owns (the one departure from the mapping).
+// they are copied together into memory the source owns (not the mapping's pages).
 Status HfSource::add_stacked(const std::string& name, const std::vector<const safetensors::Tensor*>& pieces) {
   const safetensors::Tensor* first = pieces[0];
   for (size_t e = 0; e < pieces.size(); ++e) {

@@ -20,9 +20,11 @@ Result<HParams> HParams::from(const WeightSource& src) {
   KITE_ASSIGN_OR_RETURN(hp.n_embd, m.get_int(p + "embedding_length"));
   KITE_ASSIGN_OR_RETURN(hp.n_layer, m.get_int(p + "block_count"));
   KITE_ASSIGN_OR_RETURN(hp.n_head, m.get_int(p + "attention.head_count"));
-  if (m.has(p + "expert_count")) {
+  if (m.has(p + "expert_count")) {  // (0 in some dense files)
     KITE_ASSIGN_OR_RETURN(hp.n_expert, m.get_int(p + "expert_count"));
-    KITE_ASSIGN_OR_RETURN(hp.n_expert_used, m.get_int(p + "expert_used_count"));
+    if (hp.n_expert != 0) {
+      KITE_ASSIGN_OR_RETURN(hp.n_expert_used, m.get_int(p + "expert_used_count"));
+    }
   }
   if (hp.arch == "qwen3moe" && hp.n_expert == 0)
     return make_error(src.path(), ": a qwen3moe model without ", p, "expert_count");

@@ -5,7 +5,8 @@
 //
 // Collection runs the model through Context's op observer: after each mul_mat node, its src[1]
 // (the activations, F32 [n_cols, n_tokens]) is downloaded and accumulated under src[0]'s name
-// (the GGUF tensor name). Files use llama.cpp's imatrix GGUF layout, so llama-quantize reads
+// (the GGUF tensor name); after each mul_mat_id node, under the expert its route chose for each
+// column. Files use llama.cpp's imatrix GGUF layout, so llama-quantize reads
 // kite's files and kite reads llama-imatrix's:
 //   general.type = "imatrix", imatrix.datasets (string array), imatrix.chunk_count and
 //   imatrix.chunk_size (u32); per weight, F32 tensors "<name>.in_sum2" [n_cols, 1] and
