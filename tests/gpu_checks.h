@@ -15,6 +15,7 @@
 #include "src/runtime/context.h"
 #include "src/runtime/perplexity.h"
 #include "src/runtime/scheduler.h"
+#include "tests/gemma_model.h"
 #include "tests/moe_model.h"
 #include "tests/process.h"
 #include "tests/test_models.h"
@@ -246,6 +247,18 @@ inline void check_moe(const std::string& device, size_t max_tokens, double toler
   check_perplexity_of(device, f16, max_tokens, tolerance,
                       nlohmann::json::parse(read_file(moe_reference_path()))["qwen3moe-tiny.gguf"]["ppl_ctx256"]);
   check_perplexity_of(device, q4, 512, tolerance);  // (kite's own Q4_K_M: no llama.cpp number)
+}
+
+// The gemma3 test model (tests/gemma_model.h: sliding-window and global layers, gelu FFN,
+// post-norms) on `device`: the CPU's greedy tokens, batch invariance past the window, llama.cpp's
+// perplexity over max_tokens (0: skipped).
+inline void check_gemma(const std::string& device, size_t max_tokens, double tolerance = 0.005) {
+  const std::string path = gemma_test_file();
+  const LoadedModel l = load_model_at(path, "gemma3-tiny");
+  check_greedy_matches_cpu(device, l, "gemma3-tiny", 60);
+  check_batch_invariance(device, l, 60);
+  check_perplexity_of(device, path, max_tokens, tolerance,
+                      nlohmann::json::parse(read_file(gemma_reference_path()))["gemma3-tiny.gguf"]["ppl_ctx256"]);
 }
 
 // Sampler's draw with every filter off (what Graph::top_k's draw promises), given the uniform.

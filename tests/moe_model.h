@@ -7,10 +7,11 @@
 // weights whose logits spread about `router_std`. qwen3 becomes qwen3moe; llama stays llama
 // with expert keys (Mixtral's layout). Deterministic (its own generator): the same input and
 // options give the same bytes, so llama.cpp's numbers for the file can be kept
-// (tests/data/README.md says how they were made; tests/data/make_moe.cpp is the command line).
+// (tests/data/README.md says how they were made; tests/data/make_model.cpp is the command line).
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "src/base/status.h"
@@ -37,5 +38,11 @@ Status moe_gguf_to_hf(const std::string& moe_gguf, const std::string& dense_hf, 
 // those llama.cpp's numbers were measured on.
 std::string moe_reference_path();
 std::string moe_test_file(const std::string& name);
+
+// (kite-tests only.) The test model `name` of the reference JSON at `reference_path` (its
+// "fnv1a64" the file's FNV-1a 64 hash), made once per process by `make(path)` under the build
+// tree; fails the test unless its bytes are those the reference measured.
+std::string derived_test_file(const std::string& reference_path, const std::string& name,
+                              const std::function<Status(const std::string& path)>& make);
 
 }  // namespace kite::test

@@ -166,6 +166,15 @@ TEST_CASE("cuda: an MoE model runs, its experts on the CPU: the CPU's greedy tok
 #endif
 }
 
+TEST_CASE("cuda: a gemma3 model (sliding-window layers): the CPU's greedy tokens, llama.cpp's perplexity") {
+  if (!have_gpu("gemma3")) return;
+#ifdef KITE_CUDA_EMU
+  check_gemma("cuda", 512, 0.01);  // (as the perplexity test above, on the emulator)
+#else
+  check_gemma("cuda", 0);
+#endif
+}
+
 TEST_CASE("cuda: steps that bring back each row's top 64 logits (and some whole rows) match whole rows") {
   if (!have_gpu("top-k outputs")) return;
   check_top_k_outputs("cuda");

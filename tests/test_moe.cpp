@@ -42,17 +42,24 @@ std::string kite::test::moe_reference_path() {
   return std::string(KITE_SOURCE_DIR) + "/tests/data/moe-reference.json";
 }
 
-std::string kite::test::moe_test_file(const std::string& name) {
+std::string kite::test::derived_test_file(const std::string& reference_path, const std::string& name,
+                                          const std::function<Status(const std::string& path)>& make) {
   static std::map<std::string, std::string> made;
   if (auto it = made.find(name); it != made.end()) return it->second;
-  const auto ref = moe_reference()[name];
-  const std::string path = (scratch_dir("moe-" + std::to_string(getpid()) + "-" + name) / name).string();
-  const Status st = upcycle_to_moe(testdata(ref["upcycled_from"].get<std::string>()), path);
+  const auto ref = nlohmann::json::parse(read_file(reference_path))[name];
+  const std::string path = (scratch_dir("derived-" + std::to_string(getpid()) + "-" + name) / name).string();
+  const Status st = make(path);
   REQUIRE_MESSAGE(st.ok(), name, ": ", (st.ok() ? std::string() : st.error().message));
   const std::string hash = fnv1a64(read_file(path));
-  REQUIRE_MESSAGE(hash == ref["fnv1a64"].get<std::string>(), name, " is not the file moe-reference.json measured (",
-                  hash, "): remake the reference (tests/data/README.md)");
+  REQUIRE_MESSAGE(hash == ref["fnv1a64"].get<std::string>(), name, " is not the file ", reference_path,
+                  " measured (", hash, "): remake the reference (tests/data/README.md)");
   return made[name] = path;
+}
+
+std::string kite::test::moe_test_file(const std::string& name) {
+  const std::string from = moe_reference()[name]["upcycled_from"];
+  return derived_test_file(moe_reference_path(), name,
+                           [&](const std::string& path) { return upcycle_to_moe(testdata(from), path); });
 }
 
 namespace {

@@ -75,23 +75,31 @@ TEST_CASE("ops: mul_mat 3-D and strided activations") {
 // ---------------------------------------------------------------------------------------------
 // The other ops.
 
-TEST_CASE("ops: add, mul, scale, swiglu with broadcast") {
+TEST_CASE("ops: add, mul, scale, swiglu, geglu with broadcast") {
   const int64_t ne0 = 37, rows = 6;
-  const std::vector<float> a = randn(ne0 * rows, 1), b = randn(ne0 * rows, 2), b1 = randn(ne0, 3);
-  std::vector<double> add(a.size()), mul(a.size()), addb(a.size()), scale(a.size()), sw(a.size());
+  std::vector<float> a = randn(ne0 * rows, 1);
+  const std::vector<float> b = randn(ne0 * rows, 2), b1 = randn(ne0, 3);
+  for (size_t i = 0; i < a.size(); i += 5) a[i] *= 6.f;  // (the activations' tails too)
+  std::vector<double> add(a.size()), mul(a.size()), addb(a.size()), scale(a.size()), sw(a.size()), gg(a.size());
   for (size_t i = 0; i < a.size(); ++i) {
     add[i] = static_cast<double>(a[i]) + b[i];
     mul[i] = static_cast<double>(a[i]) * b[i];
     addb[i] = static_cast<double>(a[i]) + b1[i % ne0];
     scale[i] = a[i] * 0.375;
     sw[i] = a[i] / (1.0 + std::exp(-static_cast<double>(a[i]))) * b[i];
+    const double x = a[i];  // gelu, tanh form
+    gg[i] = 0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x))) * b[i];
   }
   auto binary = [&](int which, bool bcast) {
     return [&, which, bcast](Backend& be) {
       Graph g;
       Tensor* ta = g.input(DType::F32, {ne0, 3, 2}, "a");
       Tensor* tb = bcast ? g.input(DType::F32, {ne0}, "b") : g.input(DType::F32, {ne0, 3, 2}, "b");
-      Tensor* y = which == 0 ? g.add(ta, tb) : which == 1 ? g.mul(ta, tb) : which == 2 ? g.swiglu(ta, tb) : g.scale(ta, 0.375f);
+      Tensor* y = which == 0   ? g.add(ta, tb)
+                  : which == 1 ? g.mul(ta, tb)
+                  : which == 2 ? g.swiglu(ta, tb)
+                  : which == 4 ? g.geglu(ta, tb)
+                               : g.scale(ta, 0.375f);
       if (which == 3) return run_graph(be, g, y, {{ta, bytes_of(a)}});  // tb is not in the graph
       return run_graph(be, g, y, {{ta, bytes_of(a)}, {tb, bytes_of(bcast ? b1 : b)}});
     };
@@ -100,6 +108,7 @@ TEST_CASE("ops: add, mul, scale, swiglu with broadcast") {
   check_op("add broadcast", addb, 1e-12, binary(0, true));
   check_op("mul", mul, 1e-12, binary(1, false));
   check_op("swiglu", sw, 1e-10, binary(2, false));
+  check_op("geglu", gg, 1e-10, binary(4, false));
   check_op("scale", scale, 1e-12, binary(3, false));
 }
 

@@ -14,6 +14,7 @@ using namespace ops_test;
 struct PagedBatch {
   int64_t hd, nh, nkv, bs, maxb, nslots;
   std::vector<int32_t> table, pos, seq, slots;  // table [maxb, n_seqs]; slots: where each token's K/V goes
+  int32_t window = 0;  // AttentionParams::window
   int64_t n_tok() const { return static_cast<int64_t>(pos.size()); }
   int64_t n_seqs() const { return static_cast<int64_t>(table.size()) / maxb; }
   int64_t slot(int64_t s, int64_t p) const { return int64_t{table[s * maxb + p / bs]} * bs + p % bs; }
@@ -59,7 +60,8 @@ std::vector<double> attention_ref(const PagedBatch& b, const std::vector<float>&
     for (int64_t h = 0; h < nh; ++h) {
       const int64_t kvh = h / (nh / nkv);
       std::vector<double> s;
-      for (int64_t j = 0; j <= b.pos[ti]; ++j) {
+      const int64_t lo = b.window > 0 ? std::max<int64_t>(0, b.pos[ti] - b.window + 1) : 0;
+      for (int64_t j = lo; j <= b.pos[ti]; ++j) {
         const int64_t slot = b.slot(b.seq[ti], j);
         double d = 0;
         for (int64_t i = 0; i < hd; ++i)
@@ -71,7 +73,8 @@ std::vector<double> attention_ref(const PagedBatch& b, const std::vector<float>&
       for (double& v : s) sum += (v = std::exp(v - mx));
       for (int64_t i = 0; i < hd; ++i) {
         double acc = 0;
-        for (int64_t j = 0; j <= b.pos[ti]; ++j) acc += s[j] / sum * vd[(b.slot(b.seq[ti], j) * nkv + kvh) * hd + i];
+        for (int64_t j = lo; j <= b.pos[ti]; ++j)
+          acc += s[j - lo] / sum * vd[(b.slot(b.seq[ti], j) * nkv + kvh) * hd + i];
         ref[(ti * nh + h) * hd + i] = acc;
       }
     }
@@ -132,6 +135,7 @@ std::vector<float> run_paged_attention(Backend& be, const PagedBatch& b, DType k
   ap.n_kv_head = static_cast<int32_t>(b.nkv);
   ap.block_size = static_cast<int32_t>(b.bs);
   ap.scale = scale;
+  ap.window = b.window;
   Tensor* kw = g.kv_write(tk, tkn, tsl);
   Tensor* vw = g.kv_write(tv, tvn, tsl);
   return run_graph(be, g, g.attention(tq, kw, vw, tp, ts, tt, ap),
@@ -182,7 +186,7 @@ double check_paged_attention(const PagedBatch& b, DType kt, DType vt, uint32_t s
     const std::vector<float> got = run_paged_attention(*c.backend, b, kt, vt, ac.q, ac.kb, ac.vb, ac.knew, ac.vnew, ac.scale);
     const double e = nmse(got, ac.ref);
     INFO("attention on ", c.label, " k ", quant::find_traits(kt)->name, " v ", quant::find_traits(vt)->name,
-         " hd=", b.hd, " nh=", b.nh, " nkv=", b.nkv, " n_tok=", b.n_tok());
+         " hd=", b.hd, " nh=", b.nh, " nkv=", b.nkv, " n_tok=", b.n_tok(), " window=", b.window);
     CHECK(e < 1e-10);
     worst = std::max(worst, e);
   });
@@ -250,6 +254,22 @@ TEST_CASE("ops: attention over a Q8_0 cache, mixed decode and prefill rows, scat
   check_paged_attention(narrow, DType::F16, DType::F32, 87);
   check_paged_attention(tiny, DType::F32, DType::F16, 88);
   check_paged_attention(group7, DType::Q8_0, DType::F16, 89);
+}
+
+TEST_CASE("ops: sliding-window attention (gemma3) over paged caches, windows shorter and longer than a chunk") {
+  // Each row sees its last `window` positions only: decode rows of long sequences (their window
+  // starts inside a 512-key chunk, or chunks before it hold none of its keys), prefill runs
+  // crossing a chunk boundary, rows shorter than the window; a window of 1 (the row's own key).
+  const std::vector<std::pair<int, int>> seqs = {{700, 1}, {490, 40}, {20, 5}, {1100, 1}, {0, 70}};
+  for (int32_t window : {1, 37, 100, 512, 600}) {
+    PagedBatch b = make_batch(64, 8, 2, seqs, 140);
+    b.window = window;
+    check_paged_attention(b, DType::F16, DType::F16, 141);
+    check_paged_attention(b, DType::Q8_0, DType::Q8_0, 142);
+  }
+  PagedBatch b = make_batch(128, 14, 2, seqs, 143);
+  b.window = 77;
+  check_paged_attention(b, DType::F32, DType::F16, 144);
 }
 
 TEST_CASE("ops: attention of one long sequence spread over threads, batch-independent results") {
@@ -335,8 +355,11 @@ TEST_CASE("ops: attention rows of a prefill run equal the same rows computed alo
   // A 40-token run crossing the 512-key chunk boundary, a 70-token run from position 0, a run too
   // short for the packed-key loop, a decode token: each row alone (a one-token batch takes the
   // row kernels) gives the bits it got in the batch, on every level and thread count.
-  const PagedBatch b = make_batch(64, 8, 2, {{490, 40}, {0, 70}, {30, 5}, {800, 1}}, 120);
+  // With a sliding window too (its start falls inside the run's chunks).
+  for (int32_t window : {0, 100})
   for (auto [kt, vt] : {std::pair{DType::F16, DType::F16}, std::pair{DType::Q8_0, DType::Q8_0}}) {
+    PagedBatch b = make_batch(64, 8, 2, {{490, 40}, {0, 70}, {30, 5}, {800, 1}}, 120);
+    b.window = window;
     const AttentionCase ac = make_case(b, kt, vt, 130);
     const int64_t row = b.hd * b.nkv, qrow = b.hd * b.nh;
     for_each_config([&](const Config& c) {

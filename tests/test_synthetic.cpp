@@ -143,6 +143,21 @@ TEST_CASE("synthetic: qwen3-30b-a3b is Qwen3-30B-A3B: 128 experts of 768, 8 a to
   CHECK(gb == doctest::Approx(18.6).epsilon(0.02));
 }
 
+TEST_CASE("synthetic: gemma3-4b is Gemma-3-4B's text model: heads of 256, post-norms, tied embedding, windows") {
+  auto plan = plan_synthetic("gemma3-4b", "q4_K_M");
+  REQUIRE_MESSAGE(plan.ok(), (plan.ok() ? std::string() : plan.error().message));
+  CHECK(plan->shape->arch == "gemma3");
+  CHECK(find(*plan, "blk.0.attn_q.weight").ne == std::vector<int64_t>{2560, 2048});
+  CHECK(find(*plan, "blk.33.attn_k.weight").ne == std::vector<int64_t>{2560, 1024});
+  CHECK(find(*plan, "blk.0.post_attention_norm.weight").ne == std::vector<int64_t>{2560});
+  CHECK(find(*plan, "blk.0.post_ffw_norm.weight").type == quant::Type::F32);
+  for (const auto& t : plan->tensors) CHECK(t.name != "output.weight");
+  int64_t params = 0;
+  for (const auto& t : plan->tensors) params += t.n_elements();
+  CHECK(static_cast<double>(params) == doctest::Approx(3.88e9).epsilon(0.005));
+  MESSAGE("gemma3-4b q4_K_M: ", static_cast<double>(plan->total_bytes) / 1e9, " GB");
+}
+
 TEST_CASE("synthetic: a ggml type puts every matrix in it, unknown shapes and types are errors") {
   for (const char* shape : {"llama-1b", "llama-3b", "llama-8b"}) {
     for (const auto& [name, type] : {std::pair{"q4_0", quant::Type::Q4_0}, std::pair{"Q8_0", quant::Type::Q8_0},
@@ -174,7 +189,7 @@ TEST_CASE("synthetic: a ggml type puts every matrix in it, unknown shapes and ty
   REQUIRE_FALSE(bad_shape.ok());
   CHECK(bad_shape.error().message ==
         "unknown synthetic model 'llama-2b' (known: tiny, llama-1b, llama-3b, llama-8b, qwen2-7b, qwen3-8b, "
-        "qwen3-30b-a3b)");
+        "qwen3-30b-a3b, gemma3-4b)");
   auto bad_type = plan_synthetic("llama-1b", "q9_9");
   REQUIRE_FALSE(bad_type.ok());
   CHECK(bad_type.error().message.find("unknown weight type 'q9_9'") == 0);

@@ -220,6 +220,11 @@ TEST_CASE("vulkan: an MoE model runs, its experts on the CPU: the CPU's greedy t
   check_moe("vulkan", 1024);
 }
 
+TEST_CASE("vulkan: a gemma3 model (sliding-window layers): the CPU's greedy tokens, llama.cpp's perplexity") {
+  if (!have_vulkan("gemma3")) return;
+  check_gemma("vulkan", 1024);
+}
+
 TEST_CASE("vulkan: steps that bring back each row's top 64 logits (and some whole rows) match whole rows") {
   if (!have_vulkan("top-k outputs")) return;
   check_top_k_outputs("vulkan");

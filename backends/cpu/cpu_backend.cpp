@@ -49,6 +49,7 @@ Kernel kernel_for(Op op) {
     case Op::kRmsNorm: return op_rms_norm;
     case Op::kRope: return op_rope;
     case Op::kSwiglu: return op_swiglu;
+    case Op::kGeglu: return op_geglu;
     case Op::kKvWrite: return op_kv_write;
     case Op::kAttention: return op_attention;
     case Op::kCopy: return op_copy;
@@ -168,6 +169,7 @@ class CpuBackend final : public Backend {
       case Op::kRmsNorm:
       case Op::kRope:
       case Op::kSwiglu:
+      case Op::kGeglu:
       case Op::kCopy:
       case Op::kGetRows: bytes = 3 * n.nbytes(); break;
       case Op::kKvWrite: bytes = 2 * n.src[1]->nbytes(); break;

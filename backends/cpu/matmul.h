@@ -53,6 +53,11 @@ ActFormat mul_mat_act_format(const MatmulKernels* mk, DType t, int64_t n);
 
 // out[j] = dot(weight row w of k elements, activation row j) for j < na (1..kMaxNa); activation
 // row j starts at act + j * act_stride bytes.
+// gelu's tanh approximation, 0.5 x (1 + tanh(kGeluC (x + kGeluC3 x^3))), as every kite backend
+// computes it: x / (1 + exp(-2 kGeluC x (1 + kGeluC3 x^2))).
+inline constexpr float kGeluC = 0.7978845608028654f;  // sqrt(2 / pi)
+inline constexpr float kGeluC3 = 0.044715f;
+
 inline constexpr int kMaxNa = 4;
 using VecDotFn = void (*)(int64_t k, const void* w, const uint8_t* act, size_t act_stride, float* out);
 using Gemv4Fn = void (*)(int64_t k, const void* w, size_t row_stride, const void* ahead, const uint8_t* act,
@@ -178,6 +183,7 @@ struct MatmulKernels {
   void (*attn_scores_kt)(const float* const* q, int ng, const float* kt, int64_t nk, int64_t hd, float scale,
                          float* scores, float* smax) = nullptr;
   void (*swiglu)(float* y, const float* g, const float* u, int64_t n) = nullptr;  // silu(g) * u
+  void (*geglu)(float* y, const float* g, const float* u, int64_t n) = nullptr;   // gelu(g) * u (tanh form)
 };
 
 inline constexpr int kTileRows = 8;

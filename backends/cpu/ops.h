@@ -72,6 +72,7 @@ void op_add(Tensor* dst, const KernelCtx& c);
 void op_mul(Tensor* dst, const KernelCtx& c);
 void op_scale(Tensor* dst, const KernelCtx& c);
 void op_swiglu(Tensor* dst, const KernelCtx& c);
+void op_geglu(Tensor* dst, const KernelCtx& c);
 void op_copy(Tensor* dst, const KernelCtx& c);
 void op_rms_norm(Tensor* dst, const KernelCtx& c);
 void op_rope(Tensor* dst, const KernelCtx& c);

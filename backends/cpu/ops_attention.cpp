@@ -38,13 +38,16 @@ struct AttnArgs {
   explicit AttnArgs(const Tensor* dst)
       : q(dst->src[0]), kc(dst->src[1]), vc(dst->src[2]), pos(dst->src[3]->host<const int32_t>()),
         seq(dst->src[4]->host<const int32_t>()), table(dst->src[5]->host<const int32_t>()),
-        max_blocks(dst->src[5]->ne[0]), n_kv(dst->params.i[0]), bs(dst->params.i[1]), scale(dst->params.f[0]),
+        max_blocks(dst->src[5]->ne[0]), n_kv(dst->params.i[0]), bs(dst->params.i[1]), window(dst->params.i[2]),
+        scale(dst->params.f[0]),
         hd(q->ne[0]), n_head(q->ne[1]), n_tok(q->ne[2]), group(n_head / n_kv), k_head(span_bytes(kc, hd)),
         v_head(span_bytes(vc, hd)) {}
 
   // Bytes of KV head g at position j of token t's sequence, read through the block table.
   const uint8_t* k_row(int64_t t, int64_t j, int64_t g) const { return row(kc, k_head, t, j, g); }
   const uint8_t* v_row(int64_t t, int64_t j, int64_t g) const { return row(vc, v_head, t, j, g); }
+  // Token t's first key: 0, or the start of its sliding window.
+  int64_t first_key(int64_t t) const { return window > 0 ? std::max<int64_t>(0, pos[t] - window + 1) : 0; }
 
   const Tensor* q;
   const Tensor* kc;
@@ -53,7 +56,7 @@ struct AttnArgs {
   const int32_t* seq;
   const int32_t* table;
   int64_t max_blocks;
-  int n_kv, bs;
+  int n_kv, bs, window;
   float scale;
   int64_t hd, n_head, n_tok, group;
   size_t k_head, v_head;  // bytes of one KV head's slice of a cache row
@@ -129,6 +132,27 @@ void finish_heads(const AttnArgs& a, const MatmulKernels& mk, const Scratch& sc,
   for (int h = 0; h < ng; ++h) std::memcpy(rec + h * (hd + 2) + 2, sc.acc + h * hd, static_cast<size_t>(hd) * 4);
 }
 
+// Sliding window: the first `off` of n scores of each of ng heads (keys before the token's window)
+// masked out, and the maxima taken again over the rest. Both loops mask whole chunks the same
+// way (never a shorter row), so a token's sums see its keys in the same lanes either way.
+void mask_before(float* s, int ng, int64_t n, int64_t off, float* mx) {
+  for (int h = 0; h < ng; ++h) {
+    float* r = s + h * n;
+    for (int64_t j = 0; j < off; ++j) r[j] = -std::numeric_limits<float>::infinity();
+    mx[h] = *std::max_element(r + off, r + n);
+  }
+}
+
+// The record of a chunk with none of the token's keys (before its window): m = -inf, l = 0,
+// o = 0, which the merge weighs with 0.
+void empty_records(float* rec, int64_t nh, int64_t hd) {
+  for (int64_t h = 0; h < nh; ++h) {
+    float* r = rec + h * (hd + 2);
+    r[0] = -std::numeric_limits<float>::infinity();
+    std::fill(r + 1, r + hd + 2, 0.f);
+  }
+}
+
 // Query row pointers of heads h0..h0+ng of token t, KV head g.
 void query_rows(const AttnArgs& a, int64_t t, int64_t g, int64_t h0, int ng, const float** qs) {
   for (int h = 0; h < ng; ++h) qs[h] = reinterpret_cast<const float*>(a.q->row_ptr(g * a.group + h0 + h, t));
@@ -139,7 +163,11 @@ void query_rows(const AttnArgs& a, int64_t t, int64_t g, int64_t h0, int ng, con
 // partial record [m, l, o[hd]] per query head, written to rec (stride hd + 2).
 void attend_chunk(const AttnArgs& a, const MatmulKernels& mk, const Scratch& sc, int64_t t, int64_t j0, int64_t j1,
                   float* rec) {
-  const int64_t n = j1 - j0, hd = a.hd;
+  const int64_t n = j1 - j0, hd = a.hd, lo = a.first_key(t);
+  if (j1 <= lo) {
+    empty_records(rec, a.n_head, hd);
+    return;
+  }
   chunk_rows(a, sc, t, j0, j1);
   for (int64_t g = 0; g < a.n_kv; ++g) {
     head_rows(a, sc, n, g);
@@ -149,6 +177,7 @@ void attend_chunk(const AttnArgs& a, const MatmulKernels& mk, const Scratch& sc,
       float mx[kMaxGroup];
       query_rows(a, t, g, h0, ng, qs);
       mk.attn_scores(qs, ng, sc.krows, a.kc->type, n, hd, a.scale, sc.s, mx);
+      if (lo > j0) mask_before(sc.s, ng, n, lo - j0, mx);
       finish_heads(a, mk, sc, ng, n, mx, rec + (g * a.group + h0) * (hd + 2));
     }
   }
@@ -187,11 +216,21 @@ void attend_run(const AttnArgs& a, const MatmulKernels& mk, const Scratch& sc, i
   const int64_t hd = a.hd, group = a.group, nk = a.pos[te - 1] + 1, nch = n_chunks(nk);
   for (int64_t c = 0; c < nch; ++c) {
     const int64_t j0 = c * kChunk, j1 = std::min(nk, j0 + kChunk);
+    if (j1 <= a.first_key(tb)) {  // before every token's window (the first token's starts first)
+      for (int64_t t = tb; t < te; ++t)
+        if (a.pos[t] >= j0) empty_records(sc.part + ((t - tb) * nch + c) * group * (hd + 2), group, hd);
+      continue;
+    }
     chunk_rows(a, sc, te - 1, j0, j1);
     head_rows(a, sc, j1 - j0, g);
     mk.attn_pack_kt(sc.krows, a.kc->type, j1 - j0, hd, sc.kt);
     for (int64_t t = tb; t < te; ++t) {
       if (a.pos[t] < j0) continue;  // (its keys end before this chunk)
+      const int64_t lo = a.first_key(t);
+      if (j1 <= lo) {
+        empty_records(sc.part + ((t - tb) * nch + c) * group * (hd + 2), group, hd);
+        continue;
+      }
       const int64_t n = std::min<int64_t>(a.pos[t] + 1, j1) - j0;
       for (int64_t h0 = 0; h0 < group; h0 += kMaxGroup) {
         const int ng = static_cast<int>(std::min(kMaxGroup, group - h0));
@@ -199,6 +238,7 @@ void attend_run(const AttnArgs& a, const MatmulKernels& mk, const Scratch& sc, i
         float mx[kMaxGroup];
         query_rows(a, t, g, h0, ng, qs);
         mk.attn_scores_kt(qs, ng, sc.kt, n, hd, a.scale, sc.s, mx);
+        if (lo > j0) mask_before(sc.s, ng, n, lo - j0, mx);
         finish_heads(a, mk, sc, ng, n, mx, sc.part + (((t - tb) * nch + c) * group + h0) * (hd + 2));
       }
     }
@@ -361,7 +401,7 @@ void attention_reference(Tensor* dst, const KernelCtx& c) {
     const auto* qv = reinterpret_cast<const float*>(q->row_ptr(h, t));
     float m = -std::numeric_limits<float>::infinity(), l = 0.f;
     for (int64_t i = 0; i < hd; ++i) acc[i] = 0.f;
-    for (int64_t j = 0; j <= pos[t]; ++j) {
+    for (int64_t j = a.first_key(t); j <= pos[t]; ++j) {
       row_to_f32(a.kc->type, a.k_row(t, j, g), kr, hd);
       float s = 0.f;
       for (int64_t i = 0; i < hd; ++i) s += qv[i] * kr[i];

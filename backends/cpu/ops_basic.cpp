@@ -106,6 +106,24 @@ void op_swiglu(Tensor* dst, const KernelCtx& c) {
   });
 }
 
+void op_geglu(Tensor* dst, const KernelCtx& c) {
+  const Tensor* g = dst->src[0];
+  const Tensor* u = dst->src[1];
+  if (const MatmulKernels* mk = active_kernels()) {
+    for_rows(dst, c, [&](float* y, int64_t i1, int64_t i2, int64_t i3) {
+      mk->geglu(y, reinterpret_cast<const float*>(g->row_ptr(i1, i2, i3)),
+                reinterpret_cast<const float*>(u->row_ptr(i1, i2, i3)), dst->ne[0]);
+    });
+    return;
+  }
+  for_rows(dst, c, [&](float* y, int64_t i1, int64_t i2, int64_t i3) {
+    const auto* x = reinterpret_cast<const float*>(g->row_ptr(i1, i2, i3));
+    const auto* z = reinterpret_cast<const float*>(u->row_ptr(i1, i2, i3));
+    for (int64_t i = 0; i < dst->ne[0]; ++i)
+      y[i] = x[i] / (1.f + std::exp(-2.f * kGeluC * x[i] * (1.f + kGeluC3 * x[i] * x[i]))) * z[i];
+  });
+}
+
 void op_get_rows(Tensor* dst, const KernelCtx& c) {
   const Tensor* table = dst->src[0];
   const auto* ids = dst->src[1]->host<const int32_t>();

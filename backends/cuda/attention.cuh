@@ -27,10 +27,11 @@ __host__ __device__ inline size_t kv_head_bytes(int type, int hd) {
   return static_cast<size_t>(hd) * (type == kF32 ? 4 : 2);
 }
 
-// Keys of the token, its chunk length and chunk count (a function of its own length only). Chunk
-// c covers keys [c * chunk, min(nk, (c + 1) * chunk)), the last one up to nk.
+// Keys [lo, nk) of the token (lo > 0: the start of its sliding window), its chunk length and
+// chunk count (a function of its own keys only). Chunk c covers keys [lo + c * chunk,
+// min(nk, lo + (c + 1) * chunk)), the last one up to nk.
 struct TokenSplit {
-  int nk, chunk, n_chunks;
+  int lo, nk, chunk, n_chunks;
 };
 
 __device__ __forceinline__ TokenSplit token_split(const AttentionArgs& a, int t) {
@@ -39,10 +40,11 @@ __device__ __forceinline__ TokenSplit token_split(const AttentionArgs& a, int t)
   const int cap = a.max_blocks * a.block_size;
   if (s.nk > cap) s.nk = cap;  // positions beyond the table: never read past it
   if (s.nk < 1) s.nk = 1;
-  const int raw = (s.nk + kAttnChunk - 1) / kAttnChunk;
+  s.lo = a.window > 0 && s.nk > a.window ? s.nk - a.window : 0;
+  const int raw = (s.nk - s.lo + kAttnChunk - 1) / kAttnChunk;
   const int mult = (raw + kAttnMaxChunks - 1) / kAttnMaxChunks;
   s.chunk = kAttnChunk * mult;
-  s.n_chunks = (s.nk + s.chunk - 1) / s.chunk;
+  s.n_chunks = (s.nk - s.lo + s.chunk - 1) / s.chunk;
   if (s.n_chunks > a.max_chunks) s.n_chunks = a.max_chunks;  // grid bound (max_ctx from the table)
   return s;
 }
@@ -53,7 +55,7 @@ __device__ __forceinline__ void chunk_keys(const TokenSplit& s, int c, int& j0, 
     j0 = j1 = 0;
     return;
   }
-  j0 = c * s.chunk;
+  j0 = s.lo + c * s.chunk;
   j1 = c == s.n_chunks - 1 ? s.nk : min(s.nk, j0 + s.chunk);
 }
 

@@ -40,7 +40,8 @@ __global__ void binary_kernel(Rows dst, Rows a, Rows b, int64_t ne0, int64_t n) 
     float y;
     if (Op == 0) y = x + z;
     else if (Op == 1) y = x * z;
-    else y = silu_mul(x, z);
+    else if (Op == 2) y = silu_mul(x, z);
+    else y = gelu_mul(x, z);
     reinterpret_cast<float*>(row_ptr(dst, r))[i] = y;
   }
 }
@@ -193,7 +194,8 @@ cudaError_t launch_binary(int op, Rows dst, Rows a, Rows b, int64_t ne0, int64_t
   if (n == 0) return cudaSuccess;
   if (op == 0) KITE_KERNEL(blocks_for(n), kThreads, 0, s, binary_kernel<0>)(dst, a, b, ne0, n);
   else if (op == 1) KITE_KERNEL(blocks_for(n), kThreads, 0, s, binary_kernel<1>)(dst, a, b, ne0, n);
-  else KITE_KERNEL(blocks_for(n), kThreads, 0, s, binary_kernel<2>)(dst, a, b, ne0, n);
+  else if (op == 2) KITE_KERNEL(blocks_for(n), kThreads, 0, s, binary_kernel<2>)(dst, a, b, ne0, n);
+  else KITE_KERNEL(blocks_for(n), kThreads, 0, s, binary_kernel<3>)(dst, a, b, ne0, n);
   return cudaGetLastError();
 }
 

@@ -40,7 +40,8 @@ struct Rows {
 };
 
 // ---- elementwise (k_elementwise.cu) -------------------------------------------------------
-// op: 0 add, 1 mul, 2 swiglu (silu(a) * b); b is broadcast over rows (b row = i % b.ne).
+// op: 0 add, 1 mul, 2 swiglu (silu(a) * b), 3 geglu (gelu(a) * b, tanh form); b is broadcast
+// over rows (b row = i % b.ne).
 cudaError_t launch_binary(int op, Rows dst, Rows a, Rows b, int64_t ne0, int64_t n_rows, cudaStream_t s);
 cudaError_t launch_scale(Rows dst, Rows a, float scale, int64_t ne0, int64_t n_rows, cudaStream_t s);
 // w may be null.
@@ -263,6 +264,7 @@ struct AttentionArgs {
   const int32_t* table = nullptr;  // [max_blocks, n_seqs]
   int max_blocks = 0, block_size = 16;
   int n_kv = 1, group = 1, hd = 0, n_tok = 0;
+  int window = 0;  // sliding window (Graph::attention): keys pos - window + 1 .. pos; 0: all
   float scale = 1.f;
   float* out = nullptr;      // [hd * n_head, n_tok] contiguous
   float* part = nullptr;     // partials: [n_tok][n_head][max_chunks][hd + 2]

@@ -48,6 +48,12 @@ inline MatVecGrid matvec_grid(const MatVecJob& job) {
 // silu(x) * z, as Op::kSwiglu's kernel (k_elementwise.cu) computes it: every step rounded on its
 // own (no contraction into a multiply-add), so both call sites give the same bits.
 __device__ __forceinline__ float silu_mul(float x, float z) { return __fmul_rn(x / __fadd_rn(1.f, expf(-x)), z); }
+// gelu(x) * z with gelu's tanh form as the CPU computes it (backends/cpu/matmul.h kGeluC):
+// x / (1 + exp(-2 c x (1 + c3 x^2))).
+__device__ __forceinline__ float gelu_mul(float x, float z) {
+  const float t = -2.f * 0.7978845608028654f * x * (1.f + 0.044715f * x * x);
+  return __fmul_rn(x / __fadd_rn(1.f, expf(t)), z);
+}
 
 // The int8 activations (kernels.h launch_quantize_act): a warp holds element `lane` of a
 // 32-element block in v; d = amax / 127, q = round(v / d), and lane 0 stores the block's float4

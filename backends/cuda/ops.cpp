@@ -258,6 +258,7 @@ Status attention(Device& dev, OpScratch& sc, Tensor* n, bool fused = false, bool
   a.group = static_cast<int>(q->ne[1] / a.n_kv);
   a.n_tok = static_cast<int>(q->ne[2]);
   a.scale = n->params.f[0];
+  a.window = n->params.i[2];
   a.out = reinterpret_cast<float*>(out);
   a.max_chunks = attention_max_chunks(static_cast<int64_t>(a.max_blocks) * a.block_size);
   const size_t part = attention_partial_floats(a.n_tok, static_cast<int>(q->ne[1]), a.hd, a.max_chunks);
@@ -391,6 +392,7 @@ bool node_supported(const Tensor& n) {
     case Op::kAdd:
     case Op::kMul:
     case Op::kSwiglu:
+    case Op::kGeglu:
     case Op::kScale:
     case Op::kRmsNorm:
     case Op::kRope: return n.src[0]->type == DType::F32;
@@ -434,11 +436,12 @@ Status run_node(Device& dev, OpScratch& sc, Tensor* n) {
     case Op::kRope: return rope(dev, n);
     case Op::kAdd:
     case Op::kMul:
-    case Op::kSwiglu: {
+    case Op::kSwiglu:
+    case Op::kGeglu: {
       KITE_ASSIGN_OR_RETURN(uint8_t * a, dev.address(n->src[0]));
       KITE_ASSIGN_OR_RETURN(uint8_t * b, dev.address(n->src[1]));
       KITE_ASSIGN_OR_RETURN(uint8_t * d, dev.address(n));
-      const int op = n->op == Op::kAdd ? 0 : n->op == Op::kMul ? 1 : 2;
+      const int op = n->op == Op::kAdd ? 0 : n->op == Op::kMul ? 1 : n->op == Op::kSwiglu ? 2 : 3;
       KITE_LAUNCH(launch_binary(op, rows_of(n, d), rows_of(n->src[0], a), rows_of(n->src[1], b), n->ne[0],
                                 n->n_rows(), s));
       return ok_status();

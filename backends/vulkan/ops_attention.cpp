@@ -29,7 +29,8 @@ constexpr size_t kMaxPartialBytes = size_t{64} << 20;
 struct AttentionPush {
   uint64_t q = 0, k = 0, v = 0, pos = 0, seq = 0, table = 0, out = 0, part = 0;
   uint32_t q_nb1 = 0, q_nb2 = 0, k_nb1 = 0, v_nb1 = 0;
-  uint32_t k_type = 0, v_type = 0;
+  uint32_t types = 0;  // the K cache's type | the V cache's << 16
+  int32_t window = 0;  // sliding window (Graph::attention); 0: none
   int32_t max_blocks = 0, block_size = 0;
   int32_t n_kv = 0, group = 0, hd = 0, n_tok = 0;
   float scale = 1.f;
@@ -46,8 +47,9 @@ struct MergePush {
   int32_t n_head = 0, hd = 0, n_tok = 0, t0 = 0;
   int32_t max_chunks = 1;
   uint32_t out_nb1 = 0;
+  int32_t window = 0;
 };
-static_assert(offsetof(MergePush, max_blocks) == 24 && sizeof(MergePush) == 56);
+static_assert(offsetof(MergePush, max_blocks) == 24 && offsetof(MergePush, window) == 56);
 
 bool kv_type_ok(const Tensor* c, int64_t hd) {
   if (c == nullptr || c->ne[1] < 1 || c->nb[1] > UINT32_MAX) return false;
@@ -123,7 +125,8 @@ Status run_attention(Stream& s, Tensor* n) {
   if (n_tok == 0) return ok_status();
   a.q_nb1 = static_cast<uint32_t>(q->nb[1]), a.q_nb2 = static_cast<uint32_t>(q->nb[2]);
   a.k_nb1 = static_cast<uint32_t>(kc->nb[1]), a.v_nb1 = static_cast<uint32_t>(vc->nb[1]);
-  a.k_type = static_cast<uint32_t>(kc->type), a.v_type = static_cast<uint32_t>(vc->type);
+  a.types = static_cast<uint32_t>(kc->type) | static_cast<uint32_t>(vc->type) << 16;
+  a.window = n->params.i[2];
   a.max_blocks = static_cast<int32_t>(table->ne[0]);
   a.block_size = n->params.i[1];
   a.n_kv = n->params.i[0];
@@ -146,6 +149,7 @@ Status run_attention(Stream& s, Tensor* n) {
   m.max_blocks = a.max_blocks, m.block_size = a.block_size;
   m.n_head = static_cast<int32_t>(n_head), m.hd = a.hd, m.max_chunks = a.max_chunks;
   m.out_nb1 = static_cast<uint32_t>(n->nb[1]);
+  m.window = a.window;
   const char* shader = attention_shader(a.group);
   for (int64_t t0 = 0; t0 < n_tok; t0 += pass) {
     const int64_t nt = std::min(pass, n_tok - t0);

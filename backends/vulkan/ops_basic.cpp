@@ -164,7 +164,8 @@ void rope_frequencies(const OpParams& p, int32_t scaling, RopePush& r) {
 }
 
 Status run_binary(Stream& s, Tensor* n) {
-  return binary(s, n->op == Op::kAdd ? 0 : n->op == Op::kMul ? 1 : 2, n, n->src[0], n->src[1]);
+  const uint32_t op = n->op == Op::kAdd ? 0 : n->op == Op::kMul ? 1 : n->op == Op::kSwiglu ? 2 : 3;
+  return binary(s, op, n, n->src[0], n->src[1]);
 }
 
 Status run_scale(Stream& s, Tensor* n) {
@@ -278,6 +279,7 @@ bool basic_supported(const Tensor& n) {
     case Op::kAdd:
     case Op::kMul:
     case Op::kSwiglu:
+    case Op::kGeglu:
     case Op::kScale:
       return elementwise_supported(n);
     case Op::kRmsNorm: {
@@ -318,6 +320,7 @@ Status run_basic(Stream& s, Tensor* n) {
     case Op::kAdd:
     case Op::kMul:
     case Op::kSwiglu:
+    case Op::kGeglu:
       return run_binary(s, n);
     case Op::kScale:
       return run_scale(s, n);

@@ -112,6 +112,13 @@ Tensor* Graph::swiglu(Tensor* gate, Tensor* up) {
   return t;
 }
 
+Tensor* Graph::geglu(Tensor* gate, Tensor* up) {
+  assert(gate->ne == up->ne);
+  Tensor* t = make_like(DType::F32, gate->ne, Op::kGeglu, "geglu");
+  t->src = {gate, up};
+  return t;
+}
+
 Tensor* Graph::kv_write(Tensor* cache, Tensor* rows, Tensor* slots) {
   assert(rows->ne[0] == cache->ne[0] && slots->n_elements() == rows->n_rows());
   Tensor* t = make_like(cache->type, cache->ne, Op::kKvWrite, cache->name);
@@ -126,6 +133,7 @@ Tensor* Graph::attention(Tensor* q, Tensor* k_cache, Tensor* v_cache, Tensor* po
   t->src = {q, k_cache, v_cache, positions, token_seq, block_table};
   t->params.i[0] = p.n_kv_head;
   t->params.i[1] = p.block_size;
+  t->params.i[2] = p.window;
   t->params.f[0] = p.scale;
   return t;
 }

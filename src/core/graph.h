@@ -35,6 +35,9 @@ struct AttentionParams {
   int32_t n_kv_head = 1;
   int32_t block_size = 16;  // KV positions per block
   float scale = 1.f;        // usually 1/sqrt(head_dim)
+  // Sliding-window attention: a token at position p sees positions p - window + 1 .. p (as
+  // llama.cpp's standard window masks p - p0 >= window); 0: every position 0 .. p.
+  int32_t window = 0;
 };
 
 class Graph {
@@ -66,10 +69,13 @@ class Graph {
   // as llama.cpp stores it, the rope_freqs.weight tensor).
   Tensor* rope(Tensor* a, Tensor* positions, const RopeParams& p, Tensor* freq_factors = nullptr);
   Tensor* swiglu(Tensor* gate, Tensor* up);
+  // gelu(gate) * up with gelu's tanh approximation, 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+  Tensor* geglu(Tensor* gate, Tensor* up);
   Tensor* kv_write(Tensor* cache, Tensor* rows, Tensor* slots);
   // q [head_dim, n_head, n_tokens]; k_cache/v_cache [head_dim * n_kv_head, n_slots] (results of
   // kv_write, so the writes come first); positions/token_seq I32 [n_tokens]; block_table I32
-  // [max_blocks, n_seqs]. Token t (sequence s, position p) attends to positions 0..p of s.
+  // [max_blocks, n_seqs]. Token t (sequence s, position p) attends to positions 0..p of s, or
+  // p - window + 1 .. p with a window (AttentionParams::window).
   // Result F32 [head_dim * n_head, n_tokens].
   Tensor* attention(Tensor* q, Tensor* k_cache, Tensor* v_cache, Tensor* positions, Tensor* token_seq,
                     Tensor* block_table, const AttentionParams& p);

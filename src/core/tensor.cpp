@@ -21,6 +21,7 @@ const char* op_name(Op op) {
     case Op::kTopK: return "top_k";
     case Op::kMulMatId: return "mul_mat_id";
     case Op::kMoeSum: return "moe_sum";
+    case Op::kGeglu: return "geglu";
   }
   return "?";
 }

@@ -39,6 +39,7 @@ enum class Op : uint8_t {
   kTopK,       // F32 src0 [n, rows] -> F32 [2k + 1 (+ 2), rows]: each row's k largest (Graph::top_k)
   kMulMatId,   // src0 experts [k, m, n_expert] · src1 F32 [k, 1 or n_used, n] for the experts in route src2
   kMoeSum,     // F32 src0 [m, n_used, n] summed over its n_used with the router weights of route src1
+  kGeglu,      // gelu(src0) * src1 (gelu's tanh approximation)
 };
 
 const char* op_name(Op op);

@@ -1,9 +1,53 @@
 #include "src/model/hparams.h"
 
+#include <climits>
+#include <cmath>
+
 namespace kite {
 namespace {
 
-const char* const kSupported[] = {"llama", "qwen2", "qwen3", "qwen3moe"};
+const char* const kSupported[] = {"llama", "qwen2", "qwen3", "qwen3moe", "gemma3"};
+
+// gemma3's keys, as llama.cpp reads them (src/models/gemma3.cpp).
+Status read_gemma3(const WeightSource& src, HParams& hp) {
+  const gguf::Metadata& m = src.metadata();
+  const std::string p = hp.arch + ".";
+  hp.gemma = true;
+  if (m.has(p + "final_logit_softcapping") && *m.get_float(p + "final_logit_softcapping") != 0.0)
+    return make_error(src.path(), ": ", p, "final_logit_softcapping is not supported");
+  // The 27B model scales queries by its n_embd / n_head, not its head size.
+  hp.attn_scale = 1.f / std::sqrt(static_cast<float>(hp.n_layer == 62 ? hp.n_embd / hp.n_head : hp.head_dim));
+  hp.swa_layer.assign(static_cast<size_t>(hp.n_layer), 0);
+  hp.rope_swa = hp.rope;
+  hp.rope_swa.scaling = RopeScaling::kNone;
+  hp.rope_swa.factor = 1.f;
+  hp.rope_swa.freq_base = 10000.f;
+  if (!m.has(p + "attention.sliding_window")) return ok_status();
+  KITE_ASSIGN_OR_RETURN(const int64_t window, m.get_int(p + "attention.sliding_window"));
+  if (window < 0 || window > INT32_MAX) return make_error(src.path(), ": ", p, "attention.sliding_window is ", window);
+  if (window == 0) return ok_status();
+  hp.n_swa = static_cast<int32_t>(window);
+  // The pattern: a bool per layer, or every n-th layer global (the rest sliding; 6 by default).
+  const std::string key = p + "attention.sliding_window_pattern";
+  const gguf::Value* v = m.find(key);
+  if (v != nullptr && v->get_if<gguf::Array>() != nullptr) {
+    KITE_ASSIGN_OR_RETURN(const std::vector<bool> flags, m.get_array<bool>(key));
+    if (flags.size() != hp.swa_layer.size())
+      return make_error(src.path(), ": ", key, " has ", flags.size(), " entries for ", hp.n_layer, " layers");
+    for (size_t il = 0; il < flags.size(); ++il) hp.swa_layer[il] = flags[il] ? 1 : 0;
+  } else {
+    int64_t every = 6;
+    if (v != nullptr) {
+      KITE_ASSIGN_OR_RETURN(every, m.get_int(key));
+    }
+    if (every < 0) return make_error(src.path(), ": ", key, " is ", every);
+    for (int64_t il = 0; il < hp.n_layer; ++il)
+      hp.swa_layer[static_cast<size_t>(il)] = every == 0 || il % every < every - 1;
+  }
+  if (m.has(p + "rope.freq_base_swa"))
+    hp.rope_swa.freq_base = static_cast<float>(*m.get_float(p + "rope.freq_base_swa"));
+  return ok_status();
+}
 
 }  // namespace
 
@@ -15,7 +59,7 @@ Result<HParams> HParams::from(const WeightSource& src) {
   for (const char* a : kSupported) supported |= hp.arch == a;
   if (!supported)
     return make_error(src.path(), ": architecture '", hp.arch,
-                      "' is not supported (supported: llama, qwen2, qwen3, qwen3moe)");
+                      "' is not supported (supported: llama, qwen2, qwen3, qwen3moe, gemma3)");
   const std::string p = hp.arch + ".";
   KITE_ASSIGN_OR_RETURN(hp.n_embd, m.get_int(p + "embedding_length"));
   KITE_ASSIGN_OR_RETURN(hp.n_layer, m.get_int(p + "block_count"));
@@ -85,6 +129,7 @@ Result<HParams> HParams::from(const WeightSource& src) {
       return make_error(src.path(), ": unsupported rope scaling type '", t, "'");
     }
   }
+  if (hp.arch == "gemma3") KITE_TRY(read_gemma3(src, hp));
   return hp;
 }
 

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "formats/weight_source.h"
 #include "src/core/graph.h"
@@ -11,7 +12,7 @@
 namespace kite {
 
 struct HParams {
-  std::string arch;          // "llama", "qwen2", "qwen3", "qwen3moe"
+  std::string arch;          // "llama", "qwen2", "qwen3", "qwen3moe", "gemma3"
   int64_t n_vocab = 0;
   int64_t n_embd = 0;
   int64_t n_layer = 0;
@@ -28,6 +29,18 @@ struct HParams {
   int64_t n_ctx_train = 0;
   float rms_eps = 1e-5f;
   RopeParams rope;
+  float attn_scale = 0.f;  // scores times this (0: 1 / sqrt(head_dim))
+
+  // gemma3: the embedding times sqrt(n_embd); RMS norms after attention and after the FFN too
+  // (before each residual add); gelu's tanh form gates the FFN instead of silu; and sliding-window
+  // attention on the layers `swa_layer` marks, which rope with `rope_swa` (llama.cpp's
+  // rope.freq_base_swa, 10000 by default, unscaled).
+  bool gemma = false;
+  int32_t n_swa = 0;               // the window, in positions (0: every layer attends to all)
+  std::vector<uint8_t> swa_layer;  // [n_layer]; 1: a sliding-window layer
+  RopeParams rope_swa;
+
+  bool is_swa(int64_t il) const { return n_swa > 0 && swa_layer[static_cast<size_t>(il)] != 0; }
 
   static Result<HParams> from(const WeightSource& src);
 };

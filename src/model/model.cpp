@@ -1,6 +1,8 @@
-// Loading a model's weights and building its forward graph (llama, qwen2, qwen3, qwen3moe share
-// it: qwen2 adds Q/K/V biases, qwen3 per-head Q/K RMS norms; a mixture-of-experts FFN replaces
-// the dense one in qwen3moe and in llama files with experts, e.g. Mixtral).
+// Loading a model's weights and building its forward graph (llama, qwen2, qwen3, qwen3moe and
+// gemma3 share it: qwen2 adds Q/K/V biases, qwen3 per-head Q/K RMS norms; a mixture-of-experts
+// FFN replaces the dense one in qwen3moe and in llama files with experts, e.g. Mixtral; gemma3
+// adds norms after attention and the FFN, a gelu-gated FFN, a scaled embedding and
+// sliding-window layers).
 #include "src/model/model.h"
 
 #include <algorithm>
@@ -67,9 +69,9 @@ Result<Tensor*> Model::weight(const std::string& name, bool required) {
 
 Status Model::load_weights(const LoadOptions& opts) {
   const HParams& hp = hp_;
-  // The lookups below: 4 model-wide tensors and 14 per layer (15 with experts).
+  // The lookups below: 4 model-wide tensors and 14 per layer (15 with experts, 16 in gemma3).
   constexpr size_t kGlobalLookups = 4;
-  const size_t layer_lookups = hp.n_expert > 0 ? 15 : 14;
+  const size_t layer_lookups = hp.n_expert > 0 ? 15 : hp.gemma ? 16 : 14;
   load_opts_ = &opts;
   load_done_ = 0;
   load_total_ = kGlobalLookups + layer_lookups * static_cast<size_t>(std::max<int64_t>(hp.n_layer, 0));
@@ -118,6 +120,10 @@ Status Model::load_weights(const LoadOptions& opts) {
     KITE_ASSIGN_OR_RETURN(l.q_norm, weight(b + "attn_q_norm.weight", false));
     KITE_ASSIGN_OR_RETURN(l.k_norm, weight(b + "attn_k_norm.weight", false));
     KITE_ASSIGN_OR_RETURN(l.ffn_norm, weight(b + "ffn_norm.weight"));
+    if (hp.gemma) {
+      KITE_ASSIGN_OR_RETURN(l.attn_post_norm, weight(b + "post_attention_norm.weight"));
+      KITE_ASSIGN_OR_RETURN(l.ffn_post_norm, weight(b + "post_ffw_norm.weight"));
+    }
     if (hp.n_expert > 0) {
       KITE_ASSIGN_OR_RETURN(l.ffn_gate_inp, weight(b + "ffn_gate_inp.weight"));
       KITE_ASSIGN_OR_RETURN(l.ffn_gate_exps, weight(b + "ffn_gate_exps.weight"));
@@ -140,8 +146,9 @@ Status Model::load_weights(const LoadOptions& opts) {
     KITE_TRY(expect(l.w_up, hp.n_embd, hp.n_ff));
     KITE_TRY(expect(l.w_down, hp.n_ff, hp.n_embd));
     // The 1-D tensors too: a kernel reads a bias or a norm weight as long as its rows.
-    for (auto [t, n] : {std::pair{l.attn_norm, hp.n_embd}, {l.ffn_norm, hp.n_embd}, {l.bq, q_dim}, {l.bk, kv_dim},
-                        {l.bv, kv_dim}, {l.q_norm, hp.head_dim}, {l.k_norm, hp.head_dim}})
+    for (auto [t, n] : {std::pair{l.attn_norm, hp.n_embd}, {l.ffn_norm, hp.n_embd}, {l.attn_post_norm, hp.n_embd},
+                        {l.ffn_post_norm, hp.n_embd}, {l.bq, q_dim}, {l.bk, kv_dim}, {l.bv, kv_dim},
+                        {l.q_norm, hp.head_dim}, {l.k_norm, hp.head_dim}})
       KITE_TRY(expect(t, n, 1));
   }
   KITE_TRY(expect(output_norm_, hp.n_embd, 1));
@@ -172,7 +179,7 @@ Tensor* Model::build_forward(Graph& g, const ForwardInputs& in, const KvTensors&
   AttentionParams ap;
   ap.n_kv_head = static_cast<int32_t>(hp.n_head_kv);
   ap.block_size = kv.block_size;
-  ap.scale = 1.f / std::sqrt(static_cast<float>(hd));
+  ap.scale = hp.attn_scale != 0.f ? hp.attn_scale : 1.f / std::sqrt(static_cast<float>(hd));
 
   // Names ("l3.attn_out") make --dump-ops output readable.
   auto nm = [](Tensor* t, size_t il, const char* what) {
@@ -185,6 +192,7 @@ Tensor* Model::build_forward(Graph& g, const ForwardInputs& in, const KvTensors&
   g.set_layer(-1);
   Tensor* x = g.get_rows(tok_embd_, in.tokens);  // [n_embd, n]
   x->name = "embd";
+  if (hp.gemma) x = g.scale(x, std::sqrt(static_cast<float>(hp.n_embd)));
   // Under tensor parallelism a row-parallel product is this rank's share: sum the ranks'.
   auto reduce = [&](Tensor* t) { return tp.world > 1 ? g.all_reduce(t) : t; };
   for (size_t il = 0; il < layers.size(); ++il) {
@@ -199,12 +207,17 @@ Tensor* Model::build_forward(Graph& g, const ForwardInputs& in, const KvTensors&
     k = g.reshape(k, {hd, hp.n_head_kv, n});
     if (l.q_norm != nullptr) q = nm(g.rms_norm(q, l.q_norm, hp.rms_eps), il, "q_norm");  // qwen3: per head
     if (l.k_norm != nullptr) k = nm(g.rms_norm(k, l.k_norm, hp.rms_eps), il, "k_norm");
-    q = nm(g.rope(q, in.positions, hp.rope, rope_freqs_), il, "q_rope");
-    k = nm(g.rope(k, in.positions, hp.rope, rope_freqs_), il, "k_rope");
+    const bool swa = hp.is_swa(static_cast<int64_t>(il));  // (gemma3: a sliding-window layer)
+    const RopeParams& rope = swa ? hp.rope_swa : hp.rope;
+    q = nm(g.rope(q, in.positions, rope, rope_freqs_), il, "q_rope");
+    k = nm(g.rope(k, in.positions, rope, rope_freqs_), il, "k_rope");
     Tensor* kc = g.kv_write(kv.k[il], g.reshape(k, {hd * hp.n_head_kv, n}), in.kv_slots);
     Tensor* vc = g.kv_write(kv.v[il], v, in.kv_slots);
+    ap.window = swa ? hp.n_swa : 0;
     Tensor* a = nm(g.attention(q, kc, vc, in.positions, in.token_seq, in.block_table, ap), il, "attn");
-    x = nm(g.add(x, reduce(nm(g.mul_mat(l.wo, a), il, "attn_out"))), il, "attn_res");
+    Tensor* ao = reduce(nm(g.mul_mat(l.wo, a), il, "attn_out"));
+    if (l.attn_post_norm != nullptr) ao = nm(g.rms_norm(ao, l.attn_post_norm, hp.rms_eps), il, "attn_post_norm");
+    x = nm(g.add(x, ao), il, "attn_res");
     // Feed-forward block: x += W_down · (silu(W_gate·h) * W_up·h), h = norm(x).
     h = nm(g.rms_norm(x, l.ffn_norm, hp.rms_eps), il, "ffn_norm");
     if (l.ffn_gate_inp != nullptr) {  // the same with each token's chosen experts, weighted
@@ -218,8 +231,12 @@ Tensor* Model::build_forward(Graph& g, const ForwardInputs& in, const KvTensors&
       x = nm(g.add(x, nm(g.moe_sum(y, route, n_used, true, hp.expert_weights_scale), il, "ffn_out")), il, "ffn_res");
       continue;
     }
-    Tensor* f = nm(g.swiglu(nm(g.mul_mat(l.w_gate, h), il, "gate"), nm(g.mul_mat(l.w_up, h), il, "up")), il, "swiglu");
-    x = nm(g.add(x, reduce(nm(g.mul_mat(l.w_down, f), il, "ffn_out"))), il, "ffn_res");
+    Tensor* gate = nm(g.mul_mat(l.w_gate, h), il, "gate");
+    Tensor* up = nm(g.mul_mat(l.w_up, h), il, "up");
+    Tensor* f = hp.gemma ? nm(g.geglu(gate, up), il, "geglu") : nm(g.swiglu(gate, up), il, "swiglu");
+    Tensor* fo = reduce(nm(g.mul_mat(l.w_down, f), il, "ffn_out"));
+    if (l.ffn_post_norm != nullptr) fo = nm(g.rms_norm(fo, l.ffn_post_norm, hp.rms_eps), il, "ffn_post_norm");
+    x = nm(g.add(x, fo), il, "ffn_res");
   }
   // Only the rows whose outputs are wanted go through the final norm and the LM head.
   g.set_layer(static_cast<int32_t>(layers.size()));
@@ -249,8 +266,9 @@ size_t Model::weight_bytes(const std::function<bool(int32_t layer)>& part,
     if (!part(static_cast<int32_t>(il))) continue;
     const LayerWeights& l = layers[il];
     for (const Tensor* t :
-         {l.attn_norm, l.wq, l.wk, l.wv, l.wo, l.bq, l.bk, l.bv, l.q_norm, l.k_norm, l.ffn_norm, l.w_gate, l.w_up,
-          l.w_down, l.ffn_gate_inp, l.ffn_gate_exps, l.ffn_up_exps, l.ffn_down_exps})
+         {l.attn_norm, l.wq, l.wk, l.wv, l.wo, l.bq, l.bk, l.bv, l.q_norm, l.k_norm, l.attn_post_norm, l.ffn_norm,
+          l.ffn_post_norm, l.w_gate, l.w_up, l.w_down, l.ffn_gate_inp, l.ffn_gate_exps, l.ffn_up_exps,
+          l.ffn_down_exps})
       add(t);
     add(rope_freqs_);
   }

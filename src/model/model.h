@@ -31,7 +31,9 @@ struct LayerWeights {
   Tensor* bv = nullptr;
   Tensor* q_norm = nullptr;     // qwen3: (head_dim)
   Tensor* k_norm = nullptr;
+  Tensor* attn_post_norm = nullptr;  // gemma3: (n_embd), the attention output's norm
   Tensor* ffn_norm = nullptr;   // (n_embd)
+  Tensor* ffn_post_norm = nullptr;  // gemma3: (n_embd), the FFN output's norm
   Tensor* w_gate = nullptr;     // (n_embd, n_ff)
   Tensor* w_up = nullptr;       // (n_embd, n_ff)
   Tensor* w_down = nullptr;     // (n_ff, n_embd)

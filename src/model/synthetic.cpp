@@ -18,6 +18,7 @@ const std::vector<SyntheticShape>& synthetic_shapes() {
       {"qwen2-7b", 152064, 3584, 28, 28, 4, 18944, 1000000.f, "qwen2"},
       {"qwen3-8b", 151936, 4096, 36, 32, 8, 12288, 1000000.f, "qwen3"},
       {"qwen3-30b-a3b", 151936, 2048, 48, 32, 4, 6144, 1000000.f, "qwen3moe", 128, 128, 8, 768},
+      {"gemma3-4b", 262208, 2560, 34, 8, 4, 10240, 1000000.f, "gemma3", 256},
   };
   return shapes;
 }
@@ -45,6 +46,12 @@ void set_hparams(gguf::Metadata& m, const SyntheticShape& s, const std::string& 
   m.set(a + "attention.key_length", static_cast<uint32_t>(hd));
   m.set(a + "attention.value_length", static_cast<uint32_t>(hd));
   m.set(a + "vocab_size", static_cast<uint32_t>(s.n_vocab));
+  if (s.arch == "gemma3") {  // (Gemma 3's: 1024-position windows, 5 of every 6 layers; rope x8 on the others)
+    m.set(a + "attention.sliding_window", uint32_t{1024});
+    m.set(a + "rope.scaling.type", std::string("linear"));
+    m.set(a + "rope.scaling.factor", 8.f);
+    m.set(a + "attention.layer_norm_rms_epsilon", 1e-6f);
+  }
   if (s.n_expert > 0) {
     m.set(a + "expert_count", static_cast<uint32_t>(s.n_expert));
     m.set(a + "expert_used_count", static_cast<uint32_t>(s.n_expert_used));
@@ -111,11 +118,12 @@ std::vector<gguf::TensorInfo> llama_tensors(const SyntheticShape& s, quant::Type
       add(b + "attn_q.bias", {s.n_head * hd});
       add(b + "attn_k.bias", {s.n_head_kv * hd});
       add(b + "attn_v.bias", {s.n_head_kv * hd});
-    } else if (s.arch == "qwen3" || s.arch == "qwen3moe") {
+    } else if (s.arch == "qwen3" || s.arch == "qwen3moe" || s.arch == "gemma3") {
       add(b + "attn_q_norm.weight", {hd});
       add(b + "attn_k_norm.weight", {hd});
     }
     add(b + "attn_output.weight", {s.n_head * hd, s.n_embd});
+    if (s.arch == "gemma3") add(b + "post_attention_norm.weight", {s.n_embd});
     add(b + "ffn_norm.weight", {s.n_embd});
     if (s.n_expert > 0) {
       add(b + "ffn_gate_inp.weight", {s.n_embd, s.n_expert});
@@ -127,9 +135,10 @@ std::vector<gguf::TensorInfo> llama_tensors(const SyntheticShape& s, quant::Type
     add(b + "ffn_gate.weight", {s.n_embd, s.n_ff});
     add(b + "ffn_up.weight", {s.n_embd, s.n_ff});
     add(b + "ffn_down.weight", {s.n_ff, s.n_embd});
+    if (s.arch == "gemma3") add(b + "post_ffw_norm.weight", {s.n_embd});
   }
   add("output_norm.weight", {s.n_embd});
-  add("output.weight", {s.n_embd, s.n_vocab});
+  if (s.arch != "gemma3") add("output.weight", {s.n_embd, s.n_vocab});  // (gemma3's LM head is the embedding)
   return ts;
 }
 

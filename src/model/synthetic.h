@@ -15,7 +15,7 @@ struct SyntheticShape {
   std::string name;  // "llama-1b"
   int64_t n_vocab, n_embd, n_layer, n_head, n_head_kv, n_ff;
   float rope_theta;
-  std::string arch = "llama";  // llama; qwen2 (q/k/v biases); qwen3 (per-head q/k norms); qwen3moe
+  std::string arch = "llama";  // llama; qwen2 (q/k/v biases); qwen3 (per-head q/k norms); qwen3moe; gemma3
   int64_t head_dim = 0;        // 0: n_embd / n_head
   // Mixture of experts (qwen3moe): n_expert experts of width n_ff_exp, n_expert_used a token.
   int64_t n_expert = 0, n_expert_used = 0, n_ff_exp = 0;
@@ -29,7 +29,9 @@ struct SyntheticShape {
 // heads, per-head q/k norms, vocabulary 151936), both untied and with the placeholder vocabulary
 // below; qwen3-30b-a3b is Qwen3-30B-A3B's (48 layers, n_embd 2048, 32 heads of 128, 4 KV heads,
 // 128 experts of width 768, 8 a token; the router F32 as llama-quantize leaves it; 30.5B
-// weights, 3.3B active a token); plus "tiny" for tests.
+// weights, 3.3B active a token); gemma3-4b is Gemma-3-4B's text model (34 layers, n_embd 2560, 8
+// heads of 256, 4 KV heads, n_ff 10240, vocabulary 262208, tied embedding, 1024-position sliding
+// windows on 5 of every 6 layers); plus "tiny" for tests.
 const std::vector<SyntheticShape>& synthetic_shapes();
 
 // A synthetic model without its bytes: the tensors' names, shapes (ggml order), types and sizes

@@ -12,8 +12,8 @@ T=${KITE_TESTDATA:-../shared/testdata}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 prompt="Prince Andrew looked at Pierre and said"
-"$build/tests/kite-make-moe" "$T/gguf/qwen3-tiny-f16.gguf" "$work/qwen3moe-tiny.gguf"
-"$build/tests/kite-make-moe" "$T/gguf/llama-draft-f16.gguf" "$work/llama-draft-moe.gguf"
+"$build/tests/kite-make-model" moe "$T/gguf/qwen3-tiny-f16.gguf" "$work/qwen3moe-tiny.gguf"
+"$build/tests/kite-make-model" moe "$T/gguf/llama-draft-f16.gguf" "$work/llama-draft-moe.gguf"
 imatrix=tests/data/qwen3moe-tiny-imatrix.gguf
 "$L/llama-imatrix" -m "$work/qwen3moe-tiny.gguf" -f "$T/heldout.txt" -c 256 -o "$imatrix" >/dev/null 2>&1
 "$L/llama-quantize" "$work/qwen3moe-tiny.gguf" "$work/qwen3moe-tiny-Q4_K_M.gguf" Q4_K_M 2 >/dev/null 2>&1

@@ -7,17 +7,19 @@ const uint kMaxChunks = 32u;  // chunks per token at most
 const float kNegInf = -3.402823466e+38;  // -FLT_MAX: exp(kNegInf - m) is 0
 
 struct TokenSplit {
-  uint nk, chunk, n_chunks;
+  uint lo, nk, chunk, n_chunks;
 };
 
-// Keys of a token at position `pos` (capped to the table's `cap` positions), its chunk length
-// and chunk count (at most max_chunks, the width of the dispatch).
-TokenSplit token_split(int pos, uint cap, uint max_chunks) {
+// Keys [lo, nk) of a token at position `pos` (capped to the table's `cap` positions; lo > 0: the
+// start of a sliding window of `window` keys), its chunk length and chunk count (at most
+// max_chunks, the width of the dispatch). Chunk c starts at key lo + c * chunk.
+TokenSplit token_split(int pos, uint cap, uint max_chunks, int window) {
   TokenSplit s;
   s.nk = uint(clamp(pos + 1, 1, int(cap)));
-  const uint raw = (s.nk + kChunk - 1u) / kChunk;
+  s.lo = window > 0 && s.nk > uint(window) ? s.nk - uint(window) : 0u;
+  const uint raw = (s.nk - s.lo + kChunk - 1u) / kChunk;
   const uint mult = (raw + kMaxChunks - 1u) / kMaxChunks;
   s.chunk = kChunk * mult;
-  s.n_chunks = min((s.nk + s.chunk - 1u) / s.chunk, max_chunks);
+  s.n_chunks = min((s.nk - s.lo + s.chunk - 1u) / s.chunk, max_chunks);
   return s;
 }

@@ -25,7 +25,8 @@ layout(push_constant, scalar) uniform P {
   uint64_t out_;   // F32 [hd * n_head, n_tok], contiguous
   uint64_t part;   // partials [n_tok][n_head][max_chunks][hd + 2] of this pass
   uint q_nb1, q_nb2, k_nb1, v_nb1;
-  uint k_type, v_type;
+  uint types;  // the K cache's type | the V cache's << 16
+  int window;  // sliding window: keys pos - window + 1 .. pos; 0: all
   int max_blocks, block_size;
   int n_kv, group, hd, n_tok;  // n_tok: tokens of this pass
   float scale;
@@ -62,9 +63,10 @@ void main() {
   const uint c = gi % mc, g = (gi / mc) % n_kv, tl = gi / (mc * n_kv);
   const uint t = tl + uint(pc.t0);
   const uint cap = uint(pc.max_blocks) * uint(pc.block_size);
-  const TokenSplit sp = token_split(I32s(pc.pos).v[t], cap, mc);
+  const TokenSplit sp = token_split(I32s(pc.pos).v[t], cap, mc, pc.window);
   if (c >= sp.n_chunks) return;  // uniform across the workgroup
-  const uint j0 = c * sp.chunk;
+  const uint k_type = pc.types & 0xffffu, v_type = pc.types >> 16;
+  const uint j0 = sp.lo + c * sp.chunk;
   const uint j1 = min(sp.nk, j0 + sp.chunk);
   const uint G = uint(pc.group), hd = uint(pc.hd), n_head = n_kv * G;
   const uint tid = gl_LocalInvocationID.x;
@@ -81,8 +83,8 @@ void main() {
   }
   const uint64_t blocks = pc.table + uint64_t(I32s(pc.seq).v[t]) * uint64_t(pc.max_blocks) * 4ul;
   const uint bs = uint(pc.block_size);
-  const uint64_t k_off = uint64_t(g) * head_bytes(pc.k_type, hd);
-  const uint64_t v_off = uint64_t(g) * head_bytes(pc.v_type, hd);
+  const uint64_t k_off = uint64_t(g) * head_bytes(k_type, hd);
+  const uint64_t v_off = uint64_t(g) * head_bytes(v_type, hd);
   float acc[2][kMaxGroup];  // registers: every index below is a constant after unrolling
   [[unroll]] for (uint kk = 0u; kk < 2u; ++kk)
     [[unroll]] for (uint h = 0u; h < kMaxGroup; ++h) acc[kk][h] = 0.0;
@@ -102,7 +104,7 @@ void main() {
       float s[kPerThread];
       [[unroll]] for (uint u = 0u; u < kPerThread; ++u) s[u] = 0.0;
       // Pairs of elements d2 = (2i, 2i + 1) of the key against the query pairs.
-      if (pc.k_type == kQ8_0) {
+      if (k_type == kQ8_0) {
         for (uint b = 0u; b < hd / 32u; ++b) {
           const uint64_t blk = kr + uint64_t(b) * 34ul;
           const float dsc = f16_to_f32(uint(U16s(blk).v[0]));
@@ -119,12 +121,12 @@ void main() {
       } else {
         for (uint d2 = 0u; d2 < hd2; ++d2) {
           vec2 kv;
-          if (pc.k_type == kF32) {
+          if (k_type == kF32) {
             kv = vec2(F32s(kr).v[2u * d2], F32s(kr).v[2u * d2 + 1u]);
           } else {
             const uint w = pc.k_pairs != 0u ? U32s(kr).v[d2]
                                             : uint(U16s(kr).v[2u * d2]) | (uint(U16s(kr).v[2u * d2 + 1u]) << 16);
-            kv = pc.k_type == kF16 ? unpackHalf2x16(w) : vec2(bf16_to_f32(w & 0xffffu), bf16_to_f32(w >> 16));
+            kv = k_type == kF16 ? unpackHalf2x16(w) : vec2(bf16_to_f32(w & 0xffffu), bf16_to_f32(w >> 16));
           }
           [[unroll]] for (uint u = 0u; u < kPerThread; ++u) {
             const uint h = hp + 2u * u;
@@ -163,7 +165,7 @@ void main() {
         [[unroll]] for (uint h = 0u; h < kMaxGroup; ++h)
           if (h < G) acc[kk][h] *= cr[h];
         for (uint i = 0u; i < n; ++i) {
-          const float vv = kv_elem(pc.v_type, pc.v + uint64_t(slots[i]) * pc.v_nb1 + v_off, d);
+          const float vv = kv_elem(v_type, pc.v + uint64_t(slots[i]) * pc.v_nb1 + v_off, d);
           [[unroll]] for (uint h = 0u; h < kMaxGroup; ++h)
             if (h < G) acc[kk][h] += sc[h * kTile + i] * vv;
         }

@@ -16,6 +16,7 @@ layout(push_constant, scalar) uniform P {
   int n_head, hd, n_tok, t0;
   int max_chunks;
   uint out_nb1;
+  int window;
 } pc;
 
 void main() {
@@ -24,7 +25,7 @@ void main() {
   if (gi >= uint(pc.n_tok) * n_head) return;
   const uint h = gi % n_head, tl = gi / n_head, t = tl + uint(pc.t0);
   const uint mc = uint(pc.max_chunks), hd = uint(pc.hd), stride = hd + 2u;
-  const TokenSplit sp = token_split(I32s(pc.pos).v[t], uint(pc.max_blocks) * uint(pc.block_size), mc);
+  const TokenSplit sp = token_split(I32s(pc.pos).v[t], uint(pc.max_blocks) * uint(pc.block_size), mc, pc.window);
   if (sp.n_chunks <= 1u) return;
   F32s part = F32s(pc.part);
   const uint base = (tl * n_head + h) * mc * stride;

@@ -1,5 +1,5 @@
-// kite/backends/vulkan/shaders/binary.comp — y = a + b, a * b or silu(a) * b (pc.op 0, 1, 2),
-// F32, one invocation per element; b is broadcast over rows (its dims repeat, as on the CPU).
+// kite/backends/vulkan/shaders/binary.comp — y = a + b, a * b, silu(a) * b or gelu(a) * b
+// (pc.op 0, 1, 2, 3; gelu's tanh form as the CPU computes it), F32, one invocation per element; b is broadcast over rows (its dims repeat, as on the CPU).
 #version 460
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
@@ -12,7 +12,7 @@ layout(push_constant, scalar) uniform P {
   Rows b;
   uint ne0;
   uint n;   // elements: ne0 * rows of dst
-  uint op;  // 0 add, 1 mul, 2 swiglu
+  uint op;  // 0 add, 1 mul, 2 swiglu, 3 geglu
 } pc;
 
 void main() {
@@ -31,8 +31,10 @@ void main() {
     y = x + z;
   } else if (pc.op == 1u) {
     y = x * z;
-  } else {
+  } else if (pc.op == 2u) {
     y = x / (1.0 + exp(-x)) * z;
+  } else {
+    y = x / (1.0 + exp(-1.5957691216057308 * x * (1.0 + 0.044715 * x * x))) * z;
   }
   F32s(row_addr(pc.dst, r)).v[i] = y;
 }

@@ -1,0 +1,130 @@
+// gemma3 models against llama.cpp on the same file: the test model made from the trained
+// qwen3-tiny (tests/gemma_model.h: a sliding window on one layer, linear rope scaling on the
+// other, gelu-gated FFN, post-norms, scaled embedding), whose llama.cpp numbers are in
+// tests/data/gemma-reference.json. (The ops: test_ops.cpp, test_ops_attention.cpp; on the GPU
+// backends: gpu_checks.h's check_gemma.)
+#include <doctest/doctest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <nlohmann/json.hpp>
+#include <optional>
+
+#include "formats/gguf.h"
+#include "src/model/model.h"
+#include "tests/gemma_model.h"
+#include "tests/gpu_checks.h"
+#include "tests/moe_model.h"
+#include "tests/process.h"
+
+using namespace kite;
+using namespace kite::test;
+
+std::string kite::test::gemma_reference_path() {
+  return std::string(KITE_SOURCE_DIR) + "/tests/data/gemma-reference.json";
+}
+
+std::string kite::test::gemma_test_file() {
+  return derived_test_file(gemma_reference_path(), "gemma3-tiny.gguf", [](const std::string& path) {
+    return gemma3_from_qwen3(testdata("gguf/qwen3-tiny-f16.gguf"), path);
+  });
+}
+
+namespace {
+
+nlohmann::json gemma_reference() { return nlohmann::json::parse(read_file(gemma_reference_path())); }
+
+double kite_perplexity(const std::string& path) {
+  auto r = run_kite({"perplexity", "-m", path, "-f", testdata("heldout.txt"), "-c", "256"});
+  REQUIRE_MESSAGE(r.exit_code == 0, path, ": ", r.err);
+  const size_t at = r.out.find("perplexity: ");
+  REQUIRE_MESSAGE(at != std::string::npos, r.out);
+  return std::stod(r.out.substr(at + 12));
+}
+
+// A gemma3 file like the test model with one metadata key changed (removed: no value).
+std::string gemma_with(const std::string& name, const std::string& key, std::optional<gguf::Value> value) {
+  auto in = gguf::File::open(gemma_test_file());
+  REQUIRE(in.ok());
+  gguf::Writer w;
+  for (const gguf::KeyValue& kv : in->metadata().entries()) w.metadata().set(kv.key, kv.value);
+  if (value) w.metadata().set(key, std::move(*value));
+  else w.metadata().remove(key);
+  for (const gguf::TensorInfo& t : in->tensors()) REQUIRE(w.add_tensor(t.name, t.type, t.ne).ok());
+  const std::string path = (scratch_dir("gemma-bad-" + std::to_string(getpid())) / name).string();
+  REQUIRE(w.begin(path).ok());
+  for (const gguf::TensorInfo& t : in->tensors()) REQUIRE(w.write_tensor_data(t.data, t.nbytes).ok());
+  REQUIRE(w.finish().ok());
+  return path;
+}
+
+}  // namespace
+
+TEST_CASE("gemma3: the test model gives llama.cpp's perplexity and greedy text") {
+  const auto r = gemma_reference()["gemma3-tiny.gguf"];
+  const std::string path = gemma_test_file();
+  const double ppl = kite_perplexity(path), want = r["ppl_ctx256"].get<double>();
+  MESSAGE("gemma3-tiny: ppl ", ppl, " (llama.cpp ", want, ")");
+  CHECK(std::fabs(ppl / want - 1) < 0.001);
+  auto out = run_kite({"run", "-m", path, "-p", r["greedy32_prompt"], "-n", "32", "--temp", "0"});
+  REQUIRE_MESSAGE(out.exit_code == 0, out.err);
+  std::string want_text = r["greedy32_output"];
+  const std::string bos = "<|begin_of_text|>";
+  if (want_text.rfind(bos, 0) == 0) want_text = want_text.substr(bos.size());
+  CHECK(out.out == want_text);
+}
+
+TEST_CASE("gemma3: hyperparameters as llama.cpp reads them: the window, its layers, their rope") {
+  const LoadedModel l = load_model_at(gemma_test_file(), "gemma3-tiny");
+  const HParams& hp = l.model->hparams();
+  CHECK(hp.gemma);
+  CHECK(hp.n_swa == 48);
+  CHECK(hp.is_swa(0));
+  CHECK_FALSE(hp.is_swa(1));
+  CHECK(hp.rope.scaling == RopeScaling::kLinear);
+  CHECK(hp.rope.factor == 2.f);
+  CHECK(hp.rope_swa.scaling == RopeScaling::kNone);
+  CHECK(hp.rope_swa.freq_base == 10000.f);
+  CHECK(hp.attn_scale == doctest::Approx(1 / std::sqrt(64.0)));
+  // An explicit per-layer pattern (a bool array) and the swa rope base.
+  auto f = gguf::Value(gguf::Array{gguf::ValueType::BOOL, {gguf::Value(false), gguf::Value(true)}});
+  const LoadedModel flags =
+      load_model_at(gemma_with("flags.gguf", "gemma3.attention.sliding_window_pattern", f), "flags");
+  CHECK_FALSE(flags.model->hparams().is_swa(0));
+  CHECK(flags.model->hparams().is_swa(1));
+  const LoadedModel base = load_model_at(gemma_with("base.gguf", "gemma3.rope.freq_base_swa", 5000.f), "base");
+  CHECK(base.model->hparams().rope_swa.freq_base == 5000.f);
+  // No pattern: llama.cpp's default, every 6th layer global (here both of the 2 slide).
+  const LoadedModel six =
+      load_model_at(gemma_with("six.gguf", "gemma3.attention.sliding_window_pattern", std::nullopt), "six");
+  CHECK(six.model->hparams().is_swa(0));
+  CHECK(six.model->hparams().is_swa(1));
+  // No window: every layer global.
+  const LoadedModel none = load_model_at(gemma_with("none.gguf", "gemma3.attention.sliding_window", uint32_t{0}), "none");
+  CHECK_FALSE(none.model->hparams().is_swa(0));
+}
+
+TEST_CASE("gemma3: kite quantize's Q4_K_M within 1% of llama-quantize's perplexity") {
+  const auto ref = gemma_reference()["gemma3-tiny-Q4_K_M.gguf"];
+  const std::string out = (scratch_dir("gemma-q4km-" + std::to_string(getpid())) / "q4km.gguf").string();
+  auto q = run_kite({"quantize", gemma_test_file(), out, "Q4_K_M"});
+  REQUIRE_MESSAGE(q.exit_code == 0, q.err);
+  const double ppl = kite_perplexity(out), want = ref["ppl_ctx256"].get<double>();
+  MESSAGE("kite's Q4_K_M: ppl ", ppl, " (llama-quantize's, by llama.cpp: ", want, ")");
+  CHECK(std::fabs(ppl / want - 1) < 0.01);
+}
+
+TEST_CASE("gemma3: a sequence's greedy tokens do not depend on what shares its batch (past the window)") {
+  check_batch_invariance("cpu", load_model_at(gemma_test_file(), "gemma3-tiny"), 60);
+}
+
+TEST_CASE("gemma3: bad metadata is an error naming the key") {
+  auto f = gguf::Value(gguf::Array{gguf::ValueType::BOOL, {gguf::Value(true)}});
+  auto r = run_kite({"run", "-m", gemma_with("short.gguf", "gemma3.attention.sliding_window_pattern", f), "-p", "hi",
+                     "-n", "1"});
+  CHECK(r.exit_code == 1);
+  CHECK(r.err.find("sliding_window_pattern has 1 entries for 2 layers") != std::string::npos);
+  r = run_kite({"run", "-m", gemma_with("cap.gguf", "gemma3.final_logit_softcapping", 30.f), "-p", "hi", "-n", "1"});
+  CHECK(r.exit_code == 1);
+  CHECK(r.err.find("final_logit_softcapping is not supported") != std::string::npos);
+}
