@@ -249,16 +249,18 @@ inline void check_moe(const std::string& device, size_t max_tokens, double toler
   check_perplexity_of(device, q4, 512, tolerance);  // (kite's own Q4_K_M: no llama.cpp number)
 }
 
-// The gemma3 test model (tests/gemma_model.h: sliding-window and global layers, gelu FFN,
-// post-norms) on `device`: the CPU's greedy tokens, batch invariance past the window, llama.cpp's
-// perplexity over max_tokens (0: skipped).
+// The gemma test models (tests/gemma_model.h: sliding-window and global layers, gelu FFN,
+// post-norms, gemma2's soft-capping) on `device`: the CPU's greedy tokens, batch invariance past
+// the window, llama.cpp's perplexity (max_tokens: the CPU's over that many tokens instead).
 inline void check_gemma(const std::string& device, size_t max_tokens, double tolerance = 0.005) {
-  const std::string path = gemma_test_file();
-  const LoadedModel l = load_model_at(path, "gemma3-tiny");
-  check_greedy_matches_cpu(device, l, "gemma3-tiny", 60);
-  check_batch_invariance(device, l, 60);
-  check_perplexity_of(device, path, max_tokens, tolerance,
-                      nlohmann::json::parse(read_file(gemma_reference_path()))["gemma3-tiny.gguf"]["ppl_ctx256"]);
+  for (const char* name : {"gemma3-tiny.gguf", "gemma2-tiny.gguf"}) {
+    const std::string path = gemma_test_file(name);
+    const LoadedModel l = load_model_at(path, name);
+    check_greedy_matches_cpu(device, l, name, 60);
+    check_batch_invariance(device, l, 60);
+    check_perplexity_of(device, path, max_tokens, tolerance,
+                        nlohmann::json::parse(read_file(gemma_reference_path()))[name]["ppl_ctx256"]);
+  }
 }
 
 // Sampler's draw with every filter off (what Graph::top_k's draw promises), given the uniform.

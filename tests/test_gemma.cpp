@@ -1,7 +1,7 @@
-// gemma3 models against llama.cpp on the same file: the test model made from the trained
-// qwen3-tiny (tests/gemma_model.h: a sliding window on one layer, linear rope scaling on the
-// other, gelu-gated FFN, post-norms, scaled embedding), whose llama.cpp numbers are in
-// tests/data/gemma-reference.json. (The ops: test_ops.cpp, test_ops_attention.cpp; on the GPU
+// gemma2 and gemma3 models against llama.cpp on the same files: the test models made from the
+// trained qwen3-tiny and llama-draft (tests/gemma_model.h: a sliding window on one layer, linear
+// rope scaling (gemma3) or soft-capping (gemma2), gelu-gated FFN, post-norms, scaled embedding),
+// whose llama.cpp numbers are in tests/data/gemma-reference.json. (The ops: test_ops.cpp, test_ops_attention.cpp; on the GPU
 // backends: gpu_checks.h's check_gemma.)
 #include <doctest/doctest.h>
 #include <unistd.h>
@@ -24,9 +24,12 @@ std::string kite::test::gemma_reference_path() {
   return std::string(KITE_SOURCE_DIR) + "/tests/data/gemma-reference.json";
 }
 
-std::string kite::test::gemma_test_file() {
-  return derived_test_file(gemma_reference_path(), "gemma3-tiny.gguf", [](const std::string& path) {
-    return gemma3_from_qwen3(testdata("gguf/qwen3-tiny-f16.gguf"), path);
+std::string kite::test::gemma_test_file(const std::string& name) {
+  const std::string from = nlohmann::json::parse(read_file(gemma_reference_path()))[name]["made_from"];
+  return derived_test_file(gemma_reference_path(), name, [&](const std::string& path) {
+    GemmaOptions o;
+    o.arch = name.substr(0, name.find('-'));
+    return make_gemma(testdata(from), path, o);
   });
 }
 
@@ -44,7 +47,7 @@ double kite_perplexity(const std::string& path) {
 
 // A gemma3 file like the test model with one metadata key changed (removed: no value).
 std::string gemma_with(const std::string& name, const std::string& key, std::optional<gguf::Value> value) {
-  auto in = gguf::File::open(gemma_test_file());
+  auto in = gguf::File::open(gemma_test_file("gemma3-tiny.gguf"));
   REQUIRE(in.ok());
   gguf::Writer w;
   for (const gguf::KeyValue& kv : in->metadata().entries()) w.metadata().set(kv.key, kv.value);
@@ -60,22 +63,24 @@ std::string gemma_with(const std::string& name, const std::string& key, std::opt
 
 }  // namespace
 
-TEST_CASE("gemma3: the test model gives llama.cpp's perplexity and greedy text") {
-  const auto r = gemma_reference()["gemma3-tiny.gguf"];
-  const std::string path = gemma_test_file();
-  const double ppl = kite_perplexity(path), want = r["ppl_ctx256"].get<double>();
-  MESSAGE("gemma3-tiny: ppl ", ppl, " (llama.cpp ", want, ")");
-  CHECK(std::fabs(ppl / want - 1) < 0.001);
-  auto out = run_kite({"run", "-m", path, "-p", r["greedy32_prompt"], "-n", "32", "--temp", "0"});
-  REQUIRE_MESSAGE(out.exit_code == 0, out.err);
-  std::string want_text = r["greedy32_output"];
-  const std::string bos = "<|begin_of_text|>";
-  if (want_text.rfind(bos, 0) == 0) want_text = want_text.substr(bos.size());
-  CHECK(out.out == want_text);
+TEST_CASE("gemma: the gemma2 and gemma3 test models give llama.cpp's perplexity and greedy text") {
+  for (const char* name : {"gemma3-tiny.gguf", "gemma2-tiny.gguf"}) {
+    const auto r = gemma_reference()[name];
+    const std::string path = gemma_test_file(name);
+    const double ppl = kite_perplexity(path), want = r["ppl_ctx256"].get<double>();
+    MESSAGE(std::string(name), ": ppl ", ppl, " (llama.cpp ", want, ")");
+    CHECK_MESSAGE(std::fabs(ppl / want - 1) < 0.001, name);
+    auto out = run_kite({"run", "-m", path, "-p", r["greedy32_prompt"], "-n", "32", "--temp", "0"});
+    REQUIRE_MESSAGE(out.exit_code == 0, out.err);
+    std::string want_text = r["greedy32_output"];
+    const std::string bos = "<|begin_of_text|>";
+    if (want_text.rfind(bos, 0) == 0) want_text = want_text.substr(bos.size());
+    CHECK_MESSAGE(out.out == want_text, name);
+  }
 }
 
 TEST_CASE("gemma3: hyperparameters as llama.cpp reads them: the window, its layers, their rope") {
-  const LoadedModel l = load_model_at(gemma_test_file(), "gemma3-tiny");
+  const LoadedModel l = load_model_at(gemma_test_file("gemma3-tiny.gguf"), "gemma3-tiny");
   const HParams& hp = l.model->hparams();
   CHECK(hp.gemma);
   CHECK(hp.n_swa == 48);
@@ -107,15 +112,28 @@ TEST_CASE("gemma3: hyperparameters as llama.cpp reads them: the window, its laye
 TEST_CASE("gemma3: kite quantize's Q4_K_M within 1% of llama-quantize's perplexity") {
   const auto ref = gemma_reference()["gemma3-tiny-Q4_K_M.gguf"];
   const std::string out = (scratch_dir("gemma-q4km-" + std::to_string(getpid())) / "q4km.gguf").string();
-  auto q = run_kite({"quantize", gemma_test_file(), out, "Q4_K_M"});
+  auto q = run_kite({"quantize", gemma_test_file("gemma3-tiny.gguf"), out, "Q4_K_M"});
   REQUIRE_MESSAGE(q.exit_code == 0, q.err);
   const double ppl = kite_perplexity(out), want = ref["ppl_ctx256"].get<double>();
   MESSAGE("kite's Q4_K_M: ppl ", ppl, " (llama-quantize's, by llama.cpp: ", want, ")");
   CHECK(std::fabs(ppl / want - 1) < 0.01);
 }
 
-TEST_CASE("gemma3: a sequence's greedy tokens do not depend on what shares its batch (past the window)") {
-  check_batch_invariance("cpu", load_model_at(gemma_test_file(), "gemma3-tiny"), 60);
+TEST_CASE("gemma: a sequence's greedy tokens do not depend on what shares its batch (past the window)") {
+  for (const char* name : {"gemma3-tiny.gguf", "gemma2-tiny.gguf"})
+    check_batch_invariance("cpu", load_model_at(gemma_test_file(name), name), 60);
+}
+
+TEST_CASE("gemma2: hyperparameters as llama.cpp reads them: soft-capping, every other layer sliding") {
+  const LoadedModel l = load_model_at(gemma_test_file("gemma2-tiny.gguf"), "gemma2-tiny");
+  const HParams& hp = l.model->hparams();
+  CHECK(hp.gemma);
+  CHECK(hp.attn_softcap == 5.f);
+  CHECK(hp.final_softcap == 10.f);
+  CHECK(hp.n_swa == 48);
+  CHECK(hp.is_swa(0));
+  CHECK_FALSE(hp.is_swa(1));
+  CHECK(hp.rope_swa.freq_base == hp.rope.freq_base);  // (gemma2's sliding layers rope as the others)
 }
 
 TEST_CASE("gemma3: bad metadata is an error naming the key") {
@@ -124,7 +142,7 @@ TEST_CASE("gemma3: bad metadata is an error naming the key") {
                      "-n", "1"});
   CHECK(r.exit_code == 1);
   CHECK(r.err.find("sliding_window_pattern has 1 entries for 2 layers") != std::string::npos);
-  r = run_kite({"run", "-m", gemma_with("cap.gguf", "gemma3.final_logit_softcapping", 30.f), "-p", "hi", "-n", "1"});
+  r = run_kite({"run", "-m", gemma_with("cap.gguf", "gemma3.final_logit_softcapping", -30.f), "-p", "hi", "-n", "1"});
   CHECK(r.exit_code == 1);
-  CHECK(r.err.find("final_logit_softcapping is not supported") != std::string::npos);
+  CHECK(r.err.find("gemma3.final_logit_softcapping is -30") != std::string::npos);
 }

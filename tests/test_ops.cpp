@@ -75,12 +75,13 @@ TEST_CASE("ops: mul_mat 3-D and strided activations") {
 // ---------------------------------------------------------------------------------------------
 // The other ops.
 
-TEST_CASE("ops: add, mul, scale, swiglu, geglu with broadcast") {
+TEST_CASE("ops: add, mul, scale, softcap, swiglu, geglu with broadcast") {
   const int64_t ne0 = 37, rows = 6;
   std::vector<float> a = randn(ne0 * rows, 1);
   const std::vector<float> b = randn(ne0 * rows, 2), b1 = randn(ne0, 3);
   for (size_t i = 0; i < a.size(); i += 5) a[i] *= 6.f;  // (the activations' tails too)
-  std::vector<double> add(a.size()), mul(a.size()), addb(a.size()), scale(a.size()), sw(a.size()), gg(a.size());
+  std::vector<double> add(a.size()), mul(a.size()), addb(a.size()), scale(a.size()), sw(a.size()), gg(a.size()),
+      cap(a.size());
   for (size_t i = 0; i < a.size(); ++i) {
     add[i] = static_cast<double>(a[i]) + b[i];
     mul[i] = static_cast<double>(a[i]) * b[i];
@@ -89,6 +90,7 @@ TEST_CASE("ops: add, mul, scale, swiglu, geglu with broadcast") {
     sw[i] = a[i] / (1.0 + std::exp(-static_cast<double>(a[i]))) * b[i];
     const double x = a[i];  // gelu, tanh form
     gg[i] = 0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x))) * b[i];
+    cap[i] = 2.5 * std::tanh(x / 2.5);
   }
   auto binary = [&](int which, bool bcast) {
     return [&, which, bcast](Backend& be) {
@@ -99,8 +101,9 @@ TEST_CASE("ops: add, mul, scale, swiglu, geglu with broadcast") {
                   : which == 1 ? g.mul(ta, tb)
                   : which == 2 ? g.swiglu(ta, tb)
                   : which == 4 ? g.geglu(ta, tb)
+                  : which == 5 ? g.softcap(ta, 2.5f)
                                : g.scale(ta, 0.375f);
-      if (which == 3) return run_graph(be, g, y, {{ta, bytes_of(a)}});  // tb is not in the graph
+      if (which == 3 || which == 5) return run_graph(be, g, y, {{ta, bytes_of(a)}});  // tb is not in the graph
       return run_graph(be, g, y, {{ta, bytes_of(a)}, {tb, bytes_of(bcast ? b1 : b)}});
     };
   };
@@ -109,6 +112,7 @@ TEST_CASE("ops: add, mul, scale, swiglu, geglu with broadcast") {
   check_op("mul", mul, 1e-12, binary(1, false));
   check_op("swiglu", sw, 1e-10, binary(2, false));
   check_op("geglu", gg, 1e-10, binary(4, false));
+  check_op("softcap", cap, 1e-10, binary(5, false));
   check_op("scale", scale, 1e-12, binary(3, false));
 }
 

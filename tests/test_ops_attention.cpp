@@ -15,6 +15,7 @@ struct PagedBatch {
   int64_t hd, nh, nkv, bs, maxb, nslots;
   std::vector<int32_t> table, pos, seq, slots;  // table [maxb, n_seqs]; slots: where each token's K/V goes
   int32_t window = 0;  // AttentionParams::window
+  float softcap = 0.f;  // AttentionParams::softcap
   int64_t n_tok() const { return static_cast<int64_t>(pos.size()); }
   int64_t n_seqs() const { return static_cast<int64_t>(table.size()) / maxb; }
   int64_t slot(int64_t s, int64_t p) const { return int64_t{table[s * maxb + p / bs]} * bs + p % bs; }
@@ -66,7 +67,7 @@ std::vector<double> attention_ref(const PagedBatch& b, const std::vector<float>&
         double d = 0;
         for (int64_t i = 0; i < hd; ++i)
           d += static_cast<double>(q[(ti * nh + h) * hd + i]) * kd[(slot * nkv + kvh) * hd + i];
-        s.push_back(d * scale);
+        s.push_back(b.softcap > 0 ? b.softcap * std::tanh(d * scale / b.softcap) : d * scale);
       }
       double mx = -INFINITY, sum = 0;
       for (double v : s) mx = std::max(mx, v);
@@ -136,6 +137,7 @@ std::vector<float> run_paged_attention(Backend& be, const PagedBatch& b, DType k
   ap.block_size = static_cast<int32_t>(b.bs);
   ap.scale = scale;
   ap.window = b.window;
+  ap.softcap = b.softcap;
   Tensor* kw = g.kv_write(tk, tkn, tsl);
   Tensor* vw = g.kv_write(tv, tvn, tsl);
   return run_graph(be, g, g.attention(tq, kw, vw, tp, ts, tt, ap),
@@ -186,7 +188,8 @@ double check_paged_attention(const PagedBatch& b, DType kt, DType vt, uint32_t s
     const std::vector<float> got = run_paged_attention(*c.backend, b, kt, vt, ac.q, ac.kb, ac.vb, ac.knew, ac.vnew, ac.scale);
     const double e = nmse(got, ac.ref);
     INFO("attention on ", c.label, " k ", quant::find_traits(kt)->name, " v ", quant::find_traits(vt)->name,
-         " hd=", b.hd, " nh=", b.nh, " nkv=", b.nkv, " n_tok=", b.n_tok(), " window=", b.window);
+         " hd=", b.hd, " nh=", b.nh, " nkv=", b.nkv, " n_tok=", b.n_tok(), " window=", b.window,
+         " softcap=", b.softcap);
     CHECK(e < 1e-10);
     worst = std::max(worst, e);
   });
@@ -256,7 +259,7 @@ TEST_CASE("ops: attention over a Q8_0 cache, mixed decode and prefill rows, scat
   check_paged_attention(group7, DType::Q8_0, DType::F16, 89);
 }
 
-TEST_CASE("ops: sliding-window attention (gemma3) over paged caches, windows shorter and longer than a chunk") {
+TEST_CASE("ops: sliding-window attention (gemma) over paged caches, windows shorter and longer than a chunk") {
   // Each row sees its last `window` positions only: decode rows of long sequences (their window
   // starts inside a 512-key chunk, or chunks before it hold none of its keys), prefill runs
   // crossing a chunk boundary, rows shorter than the window; a window of 1 (the row's own key).
@@ -270,6 +273,14 @@ TEST_CASE("ops: sliding-window attention (gemma3) over paged caches, windows sho
   PagedBatch b = make_batch(128, 14, 2, seqs, 143);
   b.window = 77;
   check_paged_attention(b, DType::F32, DType::F16, 144);
+  // gemma2's soft-capped scores, with and without a window.
+  for (int32_t window : {0, 100}) {
+    PagedBatch c = make_batch(64, 8, 2, seqs, 145);
+    c.window = window;
+    c.softcap = 0.75f;
+    check_paged_attention(c, DType::F16, DType::F16, 146);
+    check_paged_attention(c, DType::Q8_0, DType::F32, 147);
+  }
 }
 
 TEST_CASE("ops: attention of one long sequence spread over threads, batch-independent results") {
@@ -360,6 +371,7 @@ TEST_CASE("ops: attention rows of a prefill run equal the same rows computed alo
   for (auto [kt, vt] : {std::pair{DType::F16, DType::F16}, std::pair{DType::Q8_0, DType::Q8_0}}) {
     PagedBatch b = make_batch(64, 8, 2, {{490, 40}, {0, 70}, {30, 5}, {800, 1}}, 120);
     b.window = window;
+    b.softcap = window > 0 ? 0.75f : 0.f;  // (and soft-capped scores)
     const AttentionCase ac = make_case(b, kt, vt, 130);
     const int64_t row = b.hd * b.nkv, qrow = b.hd * b.nh;
     for_each_config([&](const Config& c) {

@@ -220,7 +220,7 @@ TEST_CASE("vulkan: an MoE model runs, its experts on the CPU: the CPU's greedy t
   check_moe("vulkan", 1024);
 }
 
-TEST_CASE("vulkan: a gemma3 model (sliding-window layers): the CPU's greedy tokens, llama.cpp's perplexity") {
+TEST_CASE("vulkan: gemma2 and gemma3 models (sliding windows, soft-capping): the CPU's greedy tokens, llama.cpp's perplexity") {
   if (!have_vulkan("gemma3")) return;
   check_gemma("vulkan", 1024);
 }

@@ -39,7 +39,7 @@ struct AttnArgs {
       : q(dst->src[0]), kc(dst->src[1]), vc(dst->src[2]), pos(dst->src[3]->host<const int32_t>()),
         seq(dst->src[4]->host<const int32_t>()), table(dst->src[5]->host<const int32_t>()),
         max_blocks(dst->src[5]->ne[0]), n_kv(dst->params.i[0]), bs(dst->params.i[1]), window(dst->params.i[2]),
-        scale(dst->params.f[0]),
+        scale(dst->params.f[0]), softcap(dst->params.f[1]),
         hd(q->ne[0]), n_head(q->ne[1]), n_tok(q->ne[2]), group(n_head / n_kv), k_head(span_bytes(kc, hd)),
         v_head(span_bytes(vc, hd)) {}
 
@@ -57,7 +57,7 @@ struct AttnArgs {
   const int32_t* table;
   int64_t max_blocks;
   int n_kv, bs, window;
-  float scale;
+  float scale, softcap;
   int64_t hd, n_head, n_tok, group;
   size_t k_head, v_head;  // bytes of one KV head's slice of a cache row
 
@@ -132,6 +132,13 @@ void finish_heads(const AttnArgs& a, const MatmulKernels& mk, const Scratch& sc,
   for (int h = 0; h < ng; ++h) std::memcpy(rec + h * (hd + 2) + 2, sc.acc + h * hd, static_cast<size_t>(hd) * 4);
 }
 
+// Soft-capped scores (gemma2): ng rows of n scaled scores and their maxima (tanh is monotonic)
+// become softcap * tanh(score / softcap).
+void cap_scores(float* s, int ng, int64_t n, float softcap, float* mx) {
+  for (int64_t i = 0; i < ng * n; ++i) s[i] = softcap * std::tanh(s[i] / softcap);
+  for (int h = 0; h < ng; ++h) mx[h] = softcap * std::tanh(mx[h] / softcap);
+}
+
 // Sliding window: the first `off` of n scores of each of ng heads (keys before the token's window)
 // masked out, and the maxima taken again over the rest. Both loops mask whole chunks the same
 // way (never a shorter row), so a token's sums see its keys in the same lanes either way.
@@ -177,6 +184,7 @@ void attend_chunk(const AttnArgs& a, const MatmulKernels& mk, const Scratch& sc,
       float mx[kMaxGroup];
       query_rows(a, t, g, h0, ng, qs);
       mk.attn_scores(qs, ng, sc.krows, a.kc->type, n, hd, a.scale, sc.s, mx);
+      if (a.softcap > 0.f) cap_scores(sc.s, ng, n, a.softcap, mx);
       if (lo > j0) mask_before(sc.s, ng, n, lo - j0, mx);
       finish_heads(a, mk, sc, ng, n, mx, rec + (g * a.group + h0) * (hd + 2));
     }
@@ -238,6 +246,7 @@ void attend_run(const AttnArgs& a, const MatmulKernels& mk, const Scratch& sc, i
         float mx[kMaxGroup];
         query_rows(a, t, g, h0, ng, qs);
         mk.attn_scores_kt(qs, ng, sc.kt, n, hd, a.scale, sc.s, mx);
+        if (a.softcap > 0.f) cap_scores(sc.s, ng, n, a.softcap, mx);
         if (lo > j0) mask_before(sc.s, ng, n, lo - j0, mx);
         finish_heads(a, mk, sc, ng, n, mx, sc.part + (((t - tb) * nch + c) * group + h0) * (hd + 2));
       }
@@ -406,6 +415,7 @@ void attention_reference(Tensor* dst, const KernelCtx& c) {
       float s = 0.f;
       for (int64_t i = 0; i < hd; ++i) s += qv[i] * kr[i];
       s *= scale;
+      if (a.softcap > 0.f) s = a.softcap * std::tanh(s / a.softcap);
       row_to_f32(a.vc->type, a.v_row(t, j, g), vr, hd);
       if (s > m) {
         const float corr = std::exp(m - s);

@@ -82,9 +82,13 @@ void op_mul(Tensor* dst, const KernelCtx& c) { binary_op(dst, c, [](float x, flo
 
 void op_scale(Tensor* dst, const KernelCtx& c) {
   const Tensor* a = dst->src[0];
-  const float s = dst->params.f[0];
+  const float s = dst->params.f[0], cap = dst->params.f[1];
   for_rows(dst, c, [&](float* y, int64_t i1, int64_t i2, int64_t i3) {
     const auto* x = reinterpret_cast<const float*>(a->row_ptr(i1, i2, i3));
+    if (cap > 0.f) {
+      for (int64_t i = 0; i < dst->ne[0]; ++i) y[i] = cap * std::tanh(x[i] * s / cap);
+      return;
+    }
     for (int64_t i = 0; i < dst->ne[0]; ++i) y[i] = x[i] * s;
   });
 }

@@ -13,6 +13,11 @@ namespace kite::cuda {
 inline constexpr int kAttnChunk = 512;     // keys per chunk (the unit of the split)
 inline constexpr int kAttnMaxChunks = 32;  // chunks per token at most
 
+// A scaled score, soft-capped when softcap > 0 (AttentionArgs::softcap).
+__device__ __forceinline__ float cap_score(float s, float softcap) {
+  return softcap > 0.f ? softcap * tanhf(s / softcap) : s;
+}
+
 // Element d of a K/V head slice of type `type` (F32, F16, BF16 or Q8_0).
 __device__ __forceinline__ float kv_elem(int type, const uint8_t* row, int d) {
   if (type == kQ8_0) {

@@ -111,7 +111,7 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionArgs a) {
           if (d < hd) p += qs[h * hd + d] * kv[i];
         }
         p = warp_sum(p);
-        if (lane == 0) sc[h * kTile + jj] = p * a.scale;
+        if (lane == 0) sc[h * kTile + jj] = cap_score(p * a.scale, a.softcap);
       }
     }
     __syncthreads();

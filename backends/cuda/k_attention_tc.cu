@@ -168,7 +168,7 @@ __device__ void tc_tile(const AttentionArgs& a, TcWarp<HD>& w, const AccFrag& ro
 #pragma unroll
     for (int i = 0; i < 16; ++i) {
       const int key = half * 16 + i, j = j0 + key;
-      sv[i] = j >= lo && j < hi ? w.s[r * kTcKeys + key] : -INFINITY;
+      sv[i] = j >= lo && j < hi ? cap_score(w.s[r * kTcKeys + key], a.softcap) : -INFINITY;
       mx = fmaxf(mx, sv[i]);
     }
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));

@@ -46,12 +46,13 @@ __global__ void binary_kernel(Rows dst, Rows a, Rows b, int64_t ne0, int64_t n) 
   }
 }
 
-__global__ void scale_kernel(Rows dst, Rows a, float s, int64_t ne0, int64_t n) {
+__global__ void scale_kernel(Rows dst, Rows a, float s, float cap, int64_t ne0, int64_t n) {
   KITE_GRID_DEPENDENCY();
   for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < n;
        idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t r = idx / ne0, i = idx % ne0;
-    reinterpret_cast<float*>(row_ptr(dst, r))[i] = reinterpret_cast<const float*>(row_ptr(a, r))[i] * s;
+    const float x = reinterpret_cast<const float*>(row_ptr(a, r))[i];
+    reinterpret_cast<float*>(row_ptr(dst, r))[i] = cap > 0.f ? cap * tanhf(x * s / cap) : x * s;
   }
 }
 
@@ -237,10 +238,10 @@ cudaError_t launch_moe_sum(float* dst, const float* y, int64_t m, int n_used, in
   return cudaGetLastError();
 }
 
-cudaError_t launch_scale(Rows dst, Rows a, float scale, int64_t ne0, int64_t n_rows, cudaStream_t s) {
+cudaError_t launch_scale(Rows dst, Rows a, float scale, float cap, int64_t ne0, int64_t n_rows, cudaStream_t s) {
   const int64_t n = ne0 * n_rows;
   if (n == 0) return cudaSuccess;
-  KITE_KERNEL(blocks_for(n), kThreads, 0, s, scale_kernel)(dst, a, scale, ne0, n);
+  KITE_KERNEL(blocks_for(n), kThreads, 0, s, scale_kernel)(dst, a, scale, cap, ne0, n);
   return cudaGetLastError();
 }
 

@@ -43,7 +43,8 @@ struct Rows {
 // op: 0 add, 1 mul, 2 swiglu (silu(a) * b), 3 geglu (gelu(a) * b, tanh form); b is broadcast
 // over rows (b row = i % b.ne).
 cudaError_t launch_binary(int op, Rows dst, Rows a, Rows b, int64_t ne0, int64_t n_rows, cudaStream_t s);
-cudaError_t launch_scale(Rows dst, Rows a, float scale, int64_t ne0, int64_t n_rows, cudaStream_t s);
+// a * scale; soft-capped when cap > 0: cap * tanh(a * scale / cap).
+cudaError_t launch_scale(Rows dst, Rows a, float scale, float cap, int64_t ne0, int64_t n_rows, cudaStream_t s);
 // w may be null.
 cudaError_t launch_rms_norm(Rows dst, Rows a, const float* w, float eps, int64_t ne0, int64_t n_rows,
                             cudaStream_t s);
@@ -266,6 +267,7 @@ struct AttentionArgs {
   int n_kv = 1, group = 1, hd = 0, n_tok = 0;
   int window = 0;  // sliding window (Graph::attention): keys pos - window + 1 .. pos; 0: all
   float scale = 1.f;
+  float softcap = 0.f;  // scaled scores soft-capped: softcap * tanh(score / softcap); 0: not
   float* out = nullptr;      // [hd * n_head, n_tok] contiguous
   float* part = nullptr;     // partials: [n_tok][n_head][max_chunks][hd + 2]
   int max_chunks = 1;        // grid width; see attention_max_chunks()

@@ -259,6 +259,7 @@ Status attention(Device& dev, OpScratch& sc, Tensor* n, bool fused = false, bool
   a.n_tok = static_cast<int>(q->ne[2]);
   a.scale = n->params.f[0];
   a.window = n->params.i[2];
+  a.softcap = n->params.f[1];
   a.out = reinterpret_cast<float*>(out);
   a.max_chunks = attention_max_chunks(static_cast<int64_t>(a.max_blocks) * a.block_size);
   const size_t part = attention_partial_floats(a.n_tok, static_cast<int>(q->ne[1]), a.hd, a.max_chunks);
@@ -449,7 +450,8 @@ Status run_node(Device& dev, OpScratch& sc, Tensor* n) {
     case Op::kScale: {
       KITE_ASSIGN_OR_RETURN(uint8_t * a, dev.address(n->src[0]));
       KITE_ASSIGN_OR_RETURN(uint8_t * d, dev.address(n));
-      KITE_LAUNCH(launch_scale(rows_of(n, d), rows_of(n->src[0], a), n->params.f[0], n->ne[0], n->n_rows(), s));
+      KITE_LAUNCH(launch_scale(rows_of(n, d), rows_of(n->src[0], a), n->params.f[0], n->params.f[1], n->ne[0],
+                               n->n_rows(), s));
       return ok_status();
     }
     case Op::kRmsNorm: {

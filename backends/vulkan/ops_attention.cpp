@@ -29,13 +29,14 @@ constexpr size_t kMaxPartialBytes = size_t{64} << 20;
 struct AttentionPush {
   uint64_t q = 0, k = 0, v = 0, pos = 0, seq = 0, table = 0, out = 0, part = 0;
   uint32_t q_nb1 = 0, q_nb2 = 0, k_nb1 = 0, v_nb1 = 0;
-  uint32_t types = 0;  // the K cache's type | the V cache's << 16
+  uint32_t types = 0;  // the K cache's type | the V cache's << 8 | k_pairs << 16 (K head slices
+                       // 4-byte aligned: their 16-bit pairs are read as one word)
   int32_t window = 0;  // sliding window (Graph::attention); 0: none
   int32_t max_blocks = 0, block_size = 0;
   int32_t n_kv = 0, group = 0, hd = 0, n_tok = 0;
   float scale = 1.f;
   int32_t max_chunks = 1;
-  uint32_t k_pairs = 0;  // K head slices 4-byte aligned: 16-bit pairs are read as one word
+  float softcap = 0.f;  // Graph::attention's soft-capping; 0: none
   int32_t t0 = 0;
 };
 static_assert(offsetof(AttentionPush, q_nb1) == 64 && offsetof(AttentionPush, scale) == 112 &&
@@ -125,15 +126,16 @@ Status run_attention(Stream& s, Tensor* n) {
   if (n_tok == 0) return ok_status();
   a.q_nb1 = static_cast<uint32_t>(q->nb[1]), a.q_nb2 = static_cast<uint32_t>(q->nb[2]);
   a.k_nb1 = static_cast<uint32_t>(kc->nb[1]), a.v_nb1 = static_cast<uint32_t>(vc->nb[1]);
-  a.types = static_cast<uint32_t>(kc->type) | static_cast<uint32_t>(vc->type) << 16;
   a.window = n->params.i[2];
+  a.softcap = n->params.f[1];
   a.max_blocks = static_cast<int32_t>(table->ne[0]);
   a.block_size = n->params.i[1];
   a.n_kv = n->params.i[0];
   a.group = static_cast<int32_t>(n_head / a.n_kv);
   a.hd = static_cast<int32_t>(hd);
   a.scale = n->params.f[0];
-  a.k_pairs = a.k % 4 == 0 && kc->nb[1] % 4 == 0 ? 1 : 0;
+  const uint32_t k_pairs = a.k % 4 == 0 && kc->nb[1] % 4 == 0 ? 1 : 0;
+  a.types = static_cast<uint32_t>(kc->type) | static_cast<uint32_t>(vc->type) << 8 | k_pairs << 16;
   const int64_t max_chunks = max_chunks_for(table->ne[0] * a.block_size);
   a.max_chunks = static_cast<int32_t>(max_chunks);
 

@@ -34,8 +34,9 @@ struct ScalePush {
   Rows dst, a;
   uint32_t ne0 = 0, n = 0;
   float s = 1.f;
+  float cap = 0.f;
 };
-static_assert(offsetof(ScalePush, s) == 72 && sizeof(ScalePush) <= kMaxPush);
+static_assert(offsetof(ScalePush, s) == 72 && offsetof(ScalePush, cap) == 76 && sizeof(ScalePush) <= kMaxPush);
 
 struct RmsNormPush {
   Rows dst, a;
@@ -177,6 +178,7 @@ Status run_scale(Stream& s, Tensor* n) {
   p.ne0 = static_cast<uint32_t>(n->ne[0]);
   p.n = static_cast<uint32_t>(n->n_elements());
   p.s = n->params.f[0];
+  p.cap = n->params.f[1];
   return s.dispatch("scale", p, groups_for(p.n, kElemGroup));
 }
 

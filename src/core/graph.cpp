@@ -85,6 +85,15 @@ Tensor* Graph::scale(Tensor* a, float s) {
   return t;
 }
 
+Tensor* Graph::softcap(Tensor* a, float cap) {
+  assert(cap > 0.f);
+  Tensor* t = make_like(DType::F32, a->ne, Op::kScale, "softcap");
+  t->src[0] = a;
+  t->params.f[0] = 1.f;
+  t->params.f[1] = cap;
+  return t;
+}
+
 Tensor* Graph::rms_norm(Tensor* a, Tensor* weight, float eps) {
   assert(weight == nullptr || weight->ne[0] == a->ne[0]);
   Tensor* t = make_like(DType::F32, a->ne, Op::kRmsNorm, "rms_norm");
@@ -135,6 +144,7 @@ Tensor* Graph::attention(Tensor* q, Tensor* k_cache, Tensor* v_cache, Tensor* po
   t->params.i[1] = p.block_size;
   t->params.i[2] = p.window;
   t->params.f[0] = p.scale;
+  t->params.f[1] = p.softcap;
   return t;
 }
 

@@ -35,6 +35,8 @@ struct AttentionParams {
   int32_t n_kv_head = 1;
   int32_t block_size = 16;  // KV positions per block
   float scale = 1.f;        // usually 1/sqrt(head_dim)
+  // Scores soft-capped after scaling, softcap * tanh(score / softcap) (gemma2); 0: not.
+  float softcap = 0.f;
   // Sliding-window attention: a token at position p sees positions p - window + 1 .. p (as
   // llama.cpp's standard window masks p - p0 >= window); 0: every position 0 .. p.
   int32_t window = 0;
@@ -64,6 +66,8 @@ class Graph {
   Tensor* add(Tensor* a, Tensor* b);
   Tensor* mul(Tensor* a, Tensor* b);
   Tensor* scale(Tensor* a, float s);
+  // cap * tanh(a / cap) (gemma2's logit soft-capping; a kScale node).
+  Tensor* softcap(Tensor* a, float cap);
   Tensor* rms_norm(Tensor* a, Tensor* weight, float eps);  // weight may be null
   // freq_factors (optional, F32 [n_rot/2]): per-pair divisors of the frequency (llama3 scaling
   // as llama.cpp stores it, the rope_freqs.weight tensor).

@@ -28,7 +28,7 @@ enum class Op : uint8_t {
   kMulMat,     // src0 weights [k, m] (any type), src1 F32 [k, n] -> F32 [m, n]; + src2 F32 [m] if set
   kAdd,        // F32 src0 + src1, src1 broadcast over rows when it has fewer
   kMul,        // F32 src0 * src1, broadcast likewise
-  kScale,      // F32 src0 * f[0]
+  kScale,      // F32 src0 * f[0]; with f[1] > 0 soft-capped: f[1] * tanh(src0 * f[0] / f[1])
   kRmsNorm,    // rows of src0 / rms(row) (eps f[0]); times src1 (per-column weight) if given
   kRope,       // src0 F32 [head_dim, n_head, n_tokens], src1 I32 positions [n_tokens]; see RopeParams
   kSwiglu,     // silu(src0) * src1

@@ -6,28 +6,47 @@
 namespace kite {
 namespace {
 
-const char* const kSupported[] = {"llama", "qwen2", "qwen3", "qwen3moe", "gemma3"};
+const char* const kSupported[] = {"llama", "qwen2", "qwen3", "qwen3moe", "gemma2", "gemma3"};
 
-// gemma3's keys, as llama.cpp reads them (src/models/gemma3.cpp).
-Status read_gemma3(const WeightSource& src, HParams& hp) {
+// gemma2's and gemma3's keys, as llama.cpp reads them (src/models/gemma2.cpp, gemma3.cpp).
+Status read_gemma(const WeightSource& src, HParams& hp) {
   const gguf::Metadata& m = src.metadata();
   const std::string p = hp.arch + ".";
+  const bool gemma2 = hp.arch == "gemma2";
   hp.gemma = true;
-  if (m.has(p + "final_logit_softcapping") && *m.get_float(p + "final_logit_softcapping") != 0.0)
-    return make_error(src.path(), ": ", p, "final_logit_softcapping is not supported");
-  // The 27B model scales queries by its n_embd / n_head, not its head size.
-  hp.attn_scale = 1.f / std::sqrt(static_cast<float>(hp.n_layer == 62 ? hp.n_embd / hp.n_head : hp.head_dim));
+  auto read_float = [&](const std::string& key, float* v) -> Status {
+    if (!m.has(key)) return ok_status();
+    KITE_ASSIGN_OR_RETURN(const double d, m.get_float(key));
+    if (!(d >= 0.0) || !std::isfinite(d)) return make_error(src.path(), ": ", key, " is ", d);
+    *v = static_cast<float>(d);
+    return ok_status();
+  };
+  // Soft-capping: gemma2's attention scores and logits (50 and 30 unless the file says),
+  // gemma3's logits where the file asks.
+  if (gemma2) hp.attn_softcap = 50.f, hp.final_softcap = 30.f;
+  if (gemma2) KITE_TRY(read_float(p + "attn_logit_softcapping", &hp.attn_softcap));
+  KITE_TRY(read_float(p + "final_logit_softcapping", &hp.final_softcap));
+  // The 27B models scale queries by their n_embd / n_head, not their head size.
+  const bool big = hp.n_layer == (gemma2 ? 46 : 62);
+  hp.attn_scale = 1.f / std::sqrt(static_cast<float>(big ? hp.n_embd / hp.n_head : hp.head_dim));
+  // Sliding windows: gemma2's on every other layer (4096 unless the file says), gemma3's on 5 of
+  // every 6 where the file has a window. gemma2's sliding layers rope as the others, gemma3's
+  // with base 10000, unscaled (either: rope.freq_base_swa where the file has it).
   hp.swa_layer.assign(static_cast<size_t>(hp.n_layer), 0);
   hp.rope_swa = hp.rope;
-  hp.rope_swa.scaling = RopeScaling::kNone;
-  hp.rope_swa.factor = 1.f;
-  hp.rope_swa.freq_base = 10000.f;
-  if (!m.has(p + "attention.sliding_window")) return ok_status();
-  KITE_ASSIGN_OR_RETURN(const int64_t window, m.get_int(p + "attention.sliding_window"));
+  if (!gemma2) {
+    hp.rope_swa.scaling = RopeScaling::kNone;
+    hp.rope_swa.factor = 1.f;
+    hp.rope_swa.freq_base = 10000.f;
+  }
+  int64_t window = gemma2 ? 4096 : 0;
+  if (m.has(p + "attention.sliding_window")) {
+    KITE_ASSIGN_OR_RETURN(window, m.get_int(p + "attention.sliding_window"));
+  }
   if (window < 0 || window > INT32_MAX) return make_error(src.path(), ": ", p, "attention.sliding_window is ", window);
   if (window == 0) return ok_status();
   hp.n_swa = static_cast<int32_t>(window);
-  // The pattern: a bool per layer, or every n-th layer global (the rest sliding; 6 by default).
+  // The pattern: a bool per layer, or every n-th layer global (the rest sliding).
   const std::string key = p + "attention.sliding_window_pattern";
   const gguf::Value* v = m.find(key);
   if (v != nullptr && v->get_if<gguf::Array>() != nullptr) {
@@ -36,7 +55,7 @@ Status read_gemma3(const WeightSource& src, HParams& hp) {
       return make_error(src.path(), ": ", key, " has ", flags.size(), " entries for ", hp.n_layer, " layers");
     for (size_t il = 0; il < flags.size(); ++il) hp.swa_layer[il] = flags[il] ? 1 : 0;
   } else {
-    int64_t every = 6;
+    int64_t every = gemma2 ? 2 : 6;
     if (v != nullptr) {
       KITE_ASSIGN_OR_RETURN(every, m.get_int(key));
     }
@@ -44,9 +63,7 @@ Status read_gemma3(const WeightSource& src, HParams& hp) {
     for (int64_t il = 0; il < hp.n_layer; ++il)
       hp.swa_layer[static_cast<size_t>(il)] = every == 0 || il % every < every - 1;
   }
-  if (m.has(p + "rope.freq_base_swa"))
-    hp.rope_swa.freq_base = static_cast<float>(*m.get_float(p + "rope.freq_base_swa"));
-  return ok_status();
+  return read_float(p + "rope.freq_base_swa", &hp.rope_swa.freq_base);
 }
 
 }  // namespace
@@ -59,7 +76,7 @@ Result<HParams> HParams::from(const WeightSource& src) {
   for (const char* a : kSupported) supported |= hp.arch == a;
   if (!supported)
     return make_error(src.path(), ": architecture '", hp.arch,
-                      "' is not supported (supported: llama, qwen2, qwen3, qwen3moe, gemma3)");
+                      "' is not supported (supported: llama, qwen2, qwen3, qwen3moe, gemma2, gemma3)");
   const std::string p = hp.arch + ".";
   KITE_ASSIGN_OR_RETURN(hp.n_embd, m.get_int(p + "embedding_length"));
   KITE_ASSIGN_OR_RETURN(hp.n_layer, m.get_int(p + "block_count"));
@@ -129,7 +146,7 @@ Result<HParams> HParams::from(const WeightSource& src) {
       return make_error(src.path(), ": unsupported rope scaling type '", t, "'");
     }
   }
-  if (hp.arch == "gemma3") KITE_TRY(read_gemma3(src, hp));
+  if (hp.arch == "gemma2" || hp.arch == "gemma3") KITE_TRY(read_gemma(src, hp));
   return hp;
 }
 

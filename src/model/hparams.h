@@ -12,7 +12,7 @@
 namespace kite {
 
 struct HParams {
-  std::string arch;          // "llama", "qwen2", "qwen3", "qwen3moe", "gemma3"
+  std::string arch;          // "llama", "qwen2", "qwen3", "qwen3moe", "gemma2", "gemma3"
   int64_t n_vocab = 0;
   int64_t n_embd = 0;
   int64_t n_layer = 0;
@@ -31,11 +31,13 @@ struct HParams {
   RopeParams rope;
   float attn_scale = 0.f;  // scores times this (0: 1 / sqrt(head_dim))
 
-  // gemma3: the embedding times sqrt(n_embd); RMS norms after attention and after the FFN too
-  // (before each residual add); gelu's tanh form gates the FFN instead of silu; and sliding-window
-  // attention on the layers `swa_layer` marks, which rope with `rope_swa` (llama.cpp's
-  // rope.freq_base_swa, 10000 by default, unscaled).
+  // gemma2 and gemma3: the embedding times sqrt(n_embd); RMS norms after attention and after the
+  // FFN too (before each residual add); gelu's tanh form gates the FFN instead of silu;
+  // sliding-window attention on the layers `swa_layer` marks, which rope with `rope_swa`; and
+  // soft-capped attention scores and logits (gemma2; gemma3's logits where the file asks).
   bool gemma = false;
+  float attn_softcap = 0.f;   // 0: none
+  float final_softcap = 0.f;  // 0: none
   int32_t n_swa = 0;               // the window, in positions (0: every layer attends to all)
   std::vector<uint8_t> swa_layer;  // [n_layer]; 1: a sliding-window layer
   RopeParams rope_swa;

@@ -1,8 +1,8 @@
-// Loading a model's weights and building its forward graph (llama, qwen2, qwen3, qwen3moe and
-// gemma3 share it: qwen2 adds Q/K/V biases, qwen3 per-head Q/K RMS norms; a mixture-of-experts
-// FFN replaces the dense one in qwen3moe and in llama files with experts, e.g. Mixtral; gemma3
-// adds norms after attention and the FFN, a gelu-gated FFN, a scaled embedding and
-// sliding-window layers).
+// Loading a model's weights and building its forward graph (llama, qwen2, qwen3, qwen3moe,
+// gemma2 and gemma3 share it: qwen2 adds Q/K/V biases, qwen3 per-head Q/K RMS norms; a
+// mixture-of-experts FFN replaces the dense one in qwen3moe and in llama files with experts, e.g.
+// Mixtral; gemma adds norms after attention and the FFN, a gelu-gated FFN, a scaled embedding,
+// sliding-window layers and (gemma2) soft-capped scores and logits).
 #include "src/model/model.h"
 
 #include <algorithm>
@@ -69,7 +69,7 @@ Result<Tensor*> Model::weight(const std::string& name, bool required) {
 
 Status Model::load_weights(const LoadOptions& opts) {
   const HParams& hp = hp_;
-  // The lookups below: 4 model-wide tensors and 14 per layer (15 with experts, 16 in gemma3).
+  // The lookups below: 4 model-wide tensors and 14 per layer (15 with experts, 16 in gemma).
   constexpr size_t kGlobalLookups = 4;
   const size_t layer_lookups = hp.n_expert > 0 ? 15 : hp.gemma ? 16 : 14;
   load_opts_ = &opts;
@@ -180,6 +180,7 @@ Tensor* Model::build_forward(Graph& g, const ForwardInputs& in, const KvTensors&
   ap.n_kv_head = static_cast<int32_t>(hp.n_head_kv);
   ap.block_size = kv.block_size;
   ap.scale = hp.attn_scale != 0.f ? hp.attn_scale : 1.f / std::sqrt(static_cast<float>(hd));
+  ap.softcap = hp.attn_softcap;
 
   // Names ("l3.attn_out") make --dump-ops output readable.
   auto nm = [](Tensor* t, size_t il, const char* what) {
@@ -207,7 +208,7 @@ Tensor* Model::build_forward(Graph& g, const ForwardInputs& in, const KvTensors&
     k = g.reshape(k, {hd, hp.n_head_kv, n});
     if (l.q_norm != nullptr) q = nm(g.rms_norm(q, l.q_norm, hp.rms_eps), il, "q_norm");  // qwen3: per head
     if (l.k_norm != nullptr) k = nm(g.rms_norm(k, l.k_norm, hp.rms_eps), il, "k_norm");
-    const bool swa = hp.is_swa(static_cast<int64_t>(il));  // (gemma3: a sliding-window layer)
+    const bool swa = hp.is_swa(static_cast<int64_t>(il));  // (gemma: a sliding-window layer)
     const RopeParams& rope = swa ? hp.rope_swa : hp.rope;
     q = nm(g.rope(q, in.positions, rope, rope_freqs_), il, "q_rope");
     k = nm(g.rope(k, in.positions, rope, rope_freqs_), il, "k_rope");
@@ -248,6 +249,7 @@ Tensor* Model::build_forward(Graph& g, const ForwardInputs& in, const KvTensors&
     return x;
   }
   Tensor* logits = g.mul_mat(output_, x);
+  if (hp.final_softcap > 0.f) logits = g.softcap(logits, hp.final_softcap);
   logits->name = "logits";
   g.build(logits);
   return logits;

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Writes tests/data/gemma-reference.json: llama.cpp's numbers for the gemma3 test model
-# (tests/gemma_model.h), which tests/test_gemma.cpp makes again and checks kite against.
+# Writes tests/data/gemma-reference.json: llama.cpp's numbers for the gemma2 and gemma3 test
+# models (tests/gemma_model.h), which tests/test_gemma.cpp makes again and checks kite against.
 # Usage (llama.cpp built by bench/build-llama-cpp.sh, kite's tests built in build-cpu):
 #   bash tests/data/make-gemma-reference.sh [BUILD_DIR] [LLAMA_BIN] > tests/data/gemma-reference.json
 set -euo pipefail
@@ -12,8 +12,9 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 prompt="Prince Andrew looked at Pierre and said"
 "$build/tests/kite-make-model" gemma3 "$T/gguf/qwen3-tiny-f16.gguf" "$work/gemma3-tiny.gguf"
+"$build/tests/kite-make-model" gemma2 "$T/gguf/llama-draft-f16.gguf" "$work/gemma2-tiny.gguf"
 "$L/llama-quantize" "$work/gemma3-tiny.gguf" "$work/gemma3-tiny-Q4_K_M.gguf" Q4_K_M 2 >/dev/null 2>&1
-for f in gemma3-tiny gemma3-tiny-Q4_K_M; do
+for f in gemma3-tiny gemma2-tiny gemma3-tiny-Q4_K_M; do
   "$L/llama-perplexity" -m "$work/$f.gguf" -f "$T/heldout.txt" -c 256 -b 256 2>&1 |
     sed -n 's/.*Final estimate: PPL = \([0-9.]*\).*/\1/p' > "$work/$f.ppl"
   "$L/llama-simple" -m "$work/$f.gguf" -n 32 "$prompt" 2>/dev/null > "$work/$f.out"
@@ -27,12 +28,13 @@ def fnv(path):
         h = ((h ^ b) * 0x100000001b3) & 0xffffffffffffffff
     return "%016x" % h
 out = {}
-for f in ["gemma3-tiny", "gemma3-tiny-Q4_K_M"]:
+sources = {"gemma3-tiny": "gguf/qwen3-tiny-f16.gguf", "gemma2-tiny": "gguf/llama-draft-f16.gguf"}
+for f in ["gemma3-tiny", "gemma2-tiny", "gemma3-tiny-Q4_K_M"]:
     p = os.path.join(work, f + ".gguf")
     e = {"bytes": os.path.getsize(p), "ppl_ctx256": float(open(os.path.join(work, f + ".ppl")).read()),
          "greedy32_prompt": prompt, "greedy32_output": open(os.path.join(work, f + ".out")).read()}
-    if f == "gemma3-tiny":
-        e["made_from"] = "gguf/qwen3-tiny-f16.gguf"; e["fnv1a64"] = fnv(p)
+    if f in sources:
+        e["made_from"] = sources[f]; e["fnv1a64"] = fnv(p)
     out[f + ".gguf"] = e
 json.dump(out, sys.stdout, indent=1, ensure_ascii=True)
 print()

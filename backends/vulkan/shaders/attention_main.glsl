@@ -25,13 +25,13 @@ layout(push_constant, scalar) uniform P {
   uint64_t out_;   // F32 [hd * n_head, n_tok], contiguous
   uint64_t part;   // partials [n_tok][n_head][max_chunks][hd + 2] of this pass
   uint q_nb1, q_nb2, k_nb1, v_nb1;
-  uint types;  // the K cache's type | the V cache's << 16
+  uint types;  // the K cache's type | the V cache's << 8 | k_pairs << 16
   int window;  // sliding window: keys pos - window + 1 .. pos; 0: all
   int max_blocks, block_size;
   int n_kv, group, hd, n_tok;  // n_tok: tokens of this pass
   float scale;
   int max_chunks;
-  uint k_pairs;  // 1: K head slices are 4-byte aligned (F16/BF16 pairs read as one word)
+  float softcap;  // scaled scores soft-capped: softcap * tanh(score / softcap); 0: not
   int t0;  // first token of this pass
 } pc;
 
@@ -65,7 +65,8 @@ void main() {
   const uint cap = uint(pc.max_blocks) * uint(pc.block_size);
   const TokenSplit sp = token_split(I32s(pc.pos).v[t], cap, mc, pc.window);
   if (c >= sp.n_chunks) return;  // uniform across the workgroup
-  const uint k_type = pc.types & 0xffffu, v_type = pc.types >> 16;
+  const uint k_type = pc.types & 0xffu, v_type = (pc.types >> 8) & 0xffu;
+  const bool k_pairs = (pc.types >> 16) != 0u;  // K head slices 4-byte aligned: F16/BF16 pairs read as one word
   const uint j0 = sp.lo + c * sp.chunk;
   const uint j1 = min(sp.nk, j0 + sp.chunk);
   const uint G = uint(pc.group), hd = uint(pc.hd), n_head = n_kv * G;
@@ -124,8 +125,8 @@ void main() {
           if (k_type == kF32) {
             kv = vec2(F32s(kr).v[2u * d2], F32s(kr).v[2u * d2 + 1u]);
           } else {
-            const uint w = pc.k_pairs != 0u ? U32s(kr).v[d2]
-                                            : uint(U16s(kr).v[2u * d2]) | (uint(U16s(kr).v[2u * d2 + 1u]) << 16);
+            const uint w = k_pairs ? U32s(kr).v[d2]
+                                   : uint(U16s(kr).v[2u * d2]) | (uint(U16s(kr).v[2u * d2 + 1u]) << 16);
             kv = k_type == kF16 ? unpackHalf2x16(w) : vec2(bf16_to_f32(w & 0xffffu), bf16_to_f32(w >> 16));
           }
           [[unroll]] for (uint u = 0u; u < kPerThread; ++u) {
@@ -136,7 +137,11 @@ void main() {
       }
       [[unroll]] for (uint u = 0u; u < kPerThread; ++u) {
         const uint h = hp + 2u * u;
-        if (h < G) sc[h * kTile + jj] = s[u] * pc.scale;
+        if (h < G) {
+          // (soft-capped: tanh of a bounded argument, which no implementation overflows)
+          const float x = s[u] * pc.scale;
+          sc[h * kTile + jj] = pc.softcap > 0.0 ? pc.softcap * tanh(clamp(x / pc.softcap, -15.0, 15.0)) : x;
+        }
       }
     }
     barrier();
