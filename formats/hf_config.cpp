@@ -26,7 +26,18 @@ constexpr ArchRow kArchs[] = {
     {"Qwen3ForCausalLM", "qwen3", "qwen3", 32768, false},
     {"Qwen3MoeForCausalLM", "qwen3_moe", "qwen3moe", 32768, false},
     {"MixtralForCausalLM", "mixtral", "llama", 4096 * 32, false},
+    {"Gemma2ForCausalLM", "gemma2", "gemma2", 8192, false},
+    {"Gemma3ForCausalLM", "gemma3_text", "gemma3", 131072, false},
+    {"Gemma3ForConditionalGeneration", "gemma3", "gemma3", 131072, false},  // (its text model)
 };
+
+// transformers' Gemma3TextConfig defaults: a Gemma3ForConditionalGeneration's text_config lists
+// only what differs from them.
+constexpr std::string_view kGemma3TextDefaults = R"({
+  "vocab_size": 262208, "hidden_size": 2304, "intermediate_size": 9216, "num_hidden_layers": 26,
+  "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256, "rms_norm_eps": 1e-6,
+  "max_position_embeddings": 131072, "rope_theta": 1000000.0, "rope_local_base_freq": 10000.0,
+  "sliding_window": 4096, "sliding_window_pattern": 6, "tie_word_embeddings": true})";
 
 // Reads config.json fields with messages that name the file and the key.
 class Reader {
@@ -124,6 +135,19 @@ Status parse_rope(const Reader& r, Config& c) {
   const Json* params = r.find("rope_parameters");
   if (params != nullptr && !params->is_object())
     return make_error(r.source(), ": 'rope_parameters' must be an object, got ", params->type_name());
+  if (params != nullptr && params->contains("full_attention")) {
+    // Per layer type (transformers 5's gemma3): the global layers' parameters are the model's;
+    // the sliding layers' base is gemma3's local one.
+    const Json& full = (*params)["full_attention"];
+    if (!full.is_object()) return make_error(r.source(), ": 'rope_parameters.full_attention' must be an object");
+    if (auto it = params->find("sliding_attention"); it != params->end() && it->is_object()) {
+      Reader sr(*it, r.source());
+      if (sr.find("rope_theta") != nullptr) {
+        KITE_ASSIGN_OR_RETURN(c.gemma.rope_local_base, sr.get_float("rope_theta", 10000.0));
+      }
+    }
+    params = &full;
+  }
   if (params != nullptr) {
     Reader pr(*params, r.source());
     KITE_ASSIGN_OR_RETURN(c.rope_theta, pr.get_float("rope_theta", c.rope_theta));
@@ -210,6 +234,43 @@ Status parse_experts(const Reader& r, Config& c) {
   return ok_status();
 }
 
+// Gemma's sliding windows and soft-capping (llama.cpp's converter's reading of them).
+Status parse_gemma(const Reader& r, Config& c) {
+  if (c.arch != "gemma2" && c.arch != "gemma3") return ok_status();
+  Config::Gemma& g = c.gemma;
+  const bool gemma2 = c.arch == "gemma2";
+  KITE_ASSIGN_OR_RETURN(g.attn_softcap, r.get_float("attn_logit_softcapping", gemma2 ? 50.0 : 0.0));
+  KITE_ASSIGN_OR_RETURN(g.final_softcap, r.get_float("final_logit_softcapping", gemma2 ? 30.0 : 0.0));
+  if (g.attn_softcap < 0 || g.final_softcap < 0) return make_error(r.source(), ": negative logit soft-capping");
+  if (!gemma2 && g.attn_softcap != 0)
+    return make_error(r.source(), ": gemma3 with attn_logit_softcapping is not supported");
+  if (!gemma2 && !g.rope_local_base) {
+    KITE_ASSIGN_OR_RETURN(const double base, r.get_float("rope_local_base_freq", 10000.0));
+    g.rope_local_base = base;
+  }
+  if (g.rope_local_base && *g.rope_local_base <= 0)
+    return make_error(r.source(), ": rope_local_base_freq ", *g.rope_local_base, " must be positive");
+  if (const Json* types = r.find("layer_types")) {
+    if (!types->is_array() || static_cast<int64_t>(types->size()) != c.num_hidden_layers)
+      return make_error(r.source(), ": 'layer_types' must list the ", c.num_hidden_layers, " layers");
+    for (const Json& t : *types) {
+      const std::string s = t.is_string() ? t.get<std::string>() : "";
+      if (s != "sliding_attention" && s != "full_attention")
+        return make_error(r.source(), ": 'layer_types' has '", safetensors::printable(t.dump(), 40),
+                          "' (expected sliding_attention or full_attention)");
+      g.sliding_layers.push_back(s == "sliding_attention");
+    }
+  } else {
+    KITE_ASSIGN_OR_RETURN(g.pattern, r.get_int("sliding_window_pattern", gemma2 ? 2 : 6));
+    if (g.pattern < 0 || g.pattern > std::numeric_limits<uint32_t>::max())
+      return make_error(r.source(), ": sliding_window_pattern ", g.pattern, " is out of range");
+  }
+  if (r.find("sliding_window") != nullptr || gemma2) {
+    KITE_ASSIGN_OR_RETURN(g.sliding_window, r.get_positive_u32("sliding_window", 4096));
+  }
+  return ok_status();
+}
+
 Status parse_special_ids(const Reader& r, Config& c) {
   auto read_id = [&](std::string_view key, std::optional<int64_t>& out) -> Status {
     const Json* v = r.find(key);
@@ -256,11 +317,21 @@ Result<Config> parse_config(std::string_view json_text, const std::string& sourc
     return make_error(source, ": malformed JSON: ", safetensors::printable(e.what()));
   }
   if (!j.is_object()) return make_error(source, ": config is a JSON ", j.type_name(), ", not an object");
-  Reader r(j, source);
   Config c;
-  KITE_ASSIGN_OR_RETURN(const ArchRow* row, find_arch(r, c));
+  KITE_ASSIGN_OR_RETURN(const ArchRow* row, find_arch(Reader(j, source), c));
   c.arch = std::string(row->arch);
   if (c.model_type.empty()) c.model_type = std::string(row->model_type);
+  if (row->hf_architecture == "Gemma3ForConditionalGeneration") {
+    // The text model: text_config over transformers' defaults; special ids from either.
+    const auto text = j.find("text_config");
+    if (text == j.end() || !text->is_object()) return make_error(source, ": no 'text_config' object");
+    Json merged = Json::parse(kGemma3TextDefaults);
+    merged.update(*text);
+    for (const char* key : {"bos_token_id", "eos_token_id", "pad_token_id", "torch_dtype", "dtype"})
+      if (!merged.contains(key) && j.contains(key)) merged[key] = j[key];
+    j = std::move(merged);
+  }
+  Reader r(j, source);
 
   KITE_ASSIGN_OR_RETURN(c.vocab_size, r.get_positive_u32("vocab_size"));
   KITE_ASSIGN_OR_RETURN(c.hidden_size, r.get_positive_u32("hidden_size"));
@@ -284,6 +355,7 @@ Result<Config> parse_config(std::string_view json_text, const std::string& sourc
     c.sliding_window = w;
   }
   KITE_TRY(parse_experts(r, c));
+  KITE_TRY(parse_gemma(r, c));
   KITE_TRY(parse_special_ids(r, c));
   KITE_ASSIGN_OR_RETURN(c.torch_dtype, r.get_string("torch_dtype", ""));
   if (c.torch_dtype.empty()) {
@@ -314,8 +386,8 @@ void add_config_metadata(const Config& c, std::string_view model_name, gguf::Met
   out.set(a + "rope.dimension_count", u32(c.head_dim));
   // llama.cpp derives head size from n_embd / n_head unless key_length says otherwise;
   // Qwen3's converter always writes it.
-  if (c.head_dim_explicit &&
-      (c.arch == "qwen3" || c.arch == "qwen3moe" || c.head_dim * c.num_attention_heads != c.hidden_size)) {
+  if (c.head_dim_explicit && (c.arch == "qwen3" || c.arch == "qwen3moe" || c.arch == "gemma2" || c.arch == "gemma3" ||
+                              c.head_dim * c.num_attention_heads != c.hidden_size)) {
     out.set(a + "attention.key_length", u32(c.head_dim));
     out.set(a + "attention.value_length", u32(c.head_dim));
   }
@@ -325,6 +397,21 @@ void add_config_metadata(const Config& c, std::string_view model_name, gguf::Met
     out.set(a + "expert_used_count", u32(c.num_experts_per_tok));
     if (c.arch == "qwen3moe") out.set(a + "expert_feed_forward_length", u32(c.moe_intermediate_size));
   }
+
+  const Config::Gemma& g = c.gemma;
+  if (g.sliding_window > 0) {
+    out.set(a + "attention.sliding_window", u32(g.sliding_window));
+    if (!g.sliding_layers.empty()) {
+      gguf::Array flags{gguf::ValueType::BOOL, {}};
+      for (bool f : g.sliding_layers) flags.items.emplace_back(f);
+      out.set(a + "attention.sliding_window_pattern", std::move(flags));
+    } else {
+      out.set(a + "attention.sliding_window_pattern", u32(g.pattern));
+    }
+  }
+  if (g.rope_local_base) out.set(a + "rope.freq_base_swa", f32(*g.rope_local_base));
+  if (g.attn_softcap > 0) out.set(a + "attn_logit_softcapping", f32(g.attn_softcap));
+  if (g.final_softcap > 0) out.set(a + "final_logit_softcapping", f32(g.final_softcap));
 
   const RopeScaling& s = c.rope_scaling;
   if (s.type == "linear" || s.type == "yarn") {

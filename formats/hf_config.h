@@ -34,7 +34,7 @@ struct RopeScaling {
 struct Config {
   std::string hf_architecture;  // "LlamaForCausalLM", ...
   std::string model_type;       // "llama", "mistral", "qwen2", "qwen3", "qwen3_moe", "mixtral"
-  std::string arch;             // GGUF general.architecture: "llama", "qwen2", "qwen3", "qwen3moe"
+  std::string arch;             // GGUF general.architecture: "llama", "qwen2", "qwen3", "qwen3moe", "gemma2", ...
 
   int64_t vocab_size = 0;
   int64_t hidden_size = 0;
@@ -61,6 +61,15 @@ struct Config {
   int64_t num_experts = 0;
   int64_t num_experts_per_tok = 0;
   int64_t moe_intermediate_size = 0;
+  // Gemma2ForCausalLM, Gemma3ForCausalLM and Gemma3ForConditionalGeneration's text model
+  // (text_config, transformers' defaults for what it leaves out).
+  struct Gemma {
+    int64_t sliding_window = 0;         // 0: no sliding layers
+    int64_t pattern = 0;                // every pattern-th layer global (sliding_window_pattern)
+    std::vector<bool> sliding_layers;   // or a flag per layer (layer_types)
+    std::optional<double> rope_local_base;  // gemma3: the sliding layers' rope base
+    double attn_softcap = 0, final_softcap = 0;  // 0: none
+  } gemma;
 };
 
 // Architectures kite can load from an HF folder, for error messages: "LlamaForCausalLM, ...".

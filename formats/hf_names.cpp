@@ -48,6 +48,30 @@ constexpr NameRow kQwen3Extra[] = {
     {"self_attn.k_norm.weight", "attn_k_norm.weight"},
 };
 
+// Gemma2 and Gemma3 layers: norms after attention and the FFN too (Gemma's
+// post_attention_layernorm is the attention output's norm), Q/K norms in Gemma3.
+constexpr NameRow kGemmaLayer[] = {
+    {"input_layernorm.weight", "attn_norm.weight"},
+    {"self_attn.q_proj.weight", "attn_q.weight"},
+    {"self_attn.k_proj.weight", "attn_k.weight"},
+    {"self_attn.v_proj.weight", "attn_v.weight"},
+    {"self_attn.o_proj.weight", "attn_output.weight"},
+    {"self_attn.q_norm.weight", "attn_q_norm.weight"},
+    {"self_attn.k_norm.weight", "attn_k_norm.weight"},
+    {"post_attention_layernorm.weight", "post_attention_norm.weight"},
+    {"pre_feedforward_layernorm.weight", "ffn_norm.weight"},
+    {"post_feedforward_layernorm.weight", "post_ffw_norm.weight"},
+    {"mlp.gate_proj.weight", "ffn_gate.weight"},
+    {"mlp.up_proj.weight", "ffn_up.weight"},
+    {"mlp.down_proj.weight", "ffn_down.weight"},
+};
+
+// A Gemma3ForConditionalGeneration checkpoint's text model lives under one of these prefixes
+// (transformers 4, 5); its vision tower and projector under the others, which kite skips.
+constexpr std::string_view kTextPrefixes[] = {"language_model.model.", "model.language_model."};
+constexpr std::string_view kVisionPrefixes[] = {"vision_tower.", "multi_modal_projector.", "model.vision_tower.",
+                                                "model.multi_modal_projector."};
+
 // Mixture-of-experts routers: Qwen3-MoE's and Mixtral's (a llama checkpoint with experts).
 constexpr NameRow kMoeRouters[] = {
     {"mlp.gate.weight", "ffn_gate_inp.weight"},
@@ -70,6 +94,11 @@ constexpr ExpertRow kExpertRows[] = {
 constexpr std::string_view kLayerPrefix = "model.layers.";
 
 const NameRow* find_row(std::string_view arch, std::string_view rest) {
+  if (arch == "gemma2" || arch == "gemma3") {
+    for (const NameRow& r : kGemmaLayer)
+      if (r.hf == rest) return &r;
+    return nullptr;
+  }
   for (const NameRow& r : kLlamaLayer)
     if (r.hf == rest) return &r;
   if (arch == "qwen3" || arch == "qwen3moe")
@@ -115,8 +144,21 @@ std::optional<ExpertPiece> expert_piece(std::string_view arch, std::string_view 
 }
 
 Result<std::optional<std::string>> gguf_tensor_name(std::string_view arch, std::string_view hf_name) {
-  if (arch != "llama" && arch != "qwen2" && arch != "qwen3" && arch != "qwen3moe")
+  if (arch != "llama" && arch != "qwen2" && arch != "qwen3" && arch != "qwen3moe" && arch != "gemma2" &&
+      arch != "gemma3")
     return make_error("no tensor name table for architecture '", safetensors::printable(arch, 40), "'");
+  std::string text_name;  // a multimodal gemma3's text tensor, as "model.<rest>"
+  if (arch == "gemma3") {
+    for (std::string_view p : kVisionPrefixes)
+      if (hf_name.substr(0, p.size()) == p) return std::optional<std::string>();
+    for (std::string_view p : kTextPrefixes)
+      if (hf_name.substr(0, p.size()) == p) {
+        text_name = "model." + std::string(hf_name.substr(p.size()));
+        hf_name = text_name;
+        break;
+      }
+    if (hf_name == "language_model.lm_head.weight") hf_name = "lm_head.weight";
+  }
   for (const NameRow& r : kGlobal)
     if (r.hf == hf_name)
       return r.gguf.empty() ? std::optional<std::string>() : std::optional<std::string>(std::string(r.gguf));

@@ -12,6 +12,7 @@
 #include "formats/hf_names.h"
 #include "formats/hf_tokenizer.h"
 #include "formats/safetensors.h"
+#include "src/base/half.h"
 
 namespace kite {
 namespace {
@@ -52,12 +53,14 @@ class HfSource final : public WeightSource {
   Status add_tensor(TensorInfo info);
   Status add_checkpoint_tensors(const hf::Config& config);
   Status add_stacked(const std::string& name, const std::vector<const safetensors::Tensor*>& pieces);
+  Status add_shifted(TensorInfo info, float shift);
 
   std::string path_;
   gguf::Metadata meta_;
   safetensors::Checkpoint checkpoint_;  // keeps the shard mappings alive
   std::vector<float> rope_factors_;     // backing data of rope_freqs.weight (llama3 scaling)
   std::deque<std::vector<uint8_t>> stacked_;  // experts copied together (add_stacked)
+  std::deque<std::vector<float>> shifted_;    // gemma's norms, plus one (add_shifted)
   std::vector<TensorInfo> tensors_;
   std::unordered_map<std::string, size_t> index_;
 };
@@ -103,6 +106,12 @@ Status HfSource::add_checkpoint_tensors(const hf::Config& config) {
     }
     TensorInfo info = t.info();
     info.name = gguf_name;
+    // Gemma's RMS norms scale by 1 + weight; GGUF (llama.cpp's converter) stores 1 + weight.
+    const bool gemma = config.arch == "gemma2" || config.arch == "gemma3";
+    if (gemma && gguf_name.ends_with("norm.weight")) {
+      KITE_TRY(add_shifted(std::move(info), 1.f));
+      continue;
+    }
     KITE_TRY(add_tensor(std::move(info)));
   }
   for (const auto& [name, pieces] : stacks) KITE_TRY(add_stacked(name, pieces));
@@ -129,6 +138,26 @@ Status HfSource::add_stacked(const std::string& name, const std::vector<const sa
   info.nbytes = bytes.size();
   info.offset = 0;
   info.data = bytes.data();
+  return add_tensor(std::move(info));
+}
+
+// A 1-D F32/F16/BF16 tensor plus `shift`, as F32 in memory the source owns.
+Status HfSource::add_shifted(TensorInfo info, float shift) {
+  if (info.ne.size() != 1 || (info.type != quant::Type::F32 && info.type != quant::Type::F16 &&
+                              info.type != quant::Type::BF16))
+    return make_error(path_, ": tensor '", info.name, "' is not a 1-D F32, F16 or BF16 norm");
+  std::vector<float>& v = shifted_.emplace_back(static_cast<size_t>(info.ne[0]));
+  for (size_t i = 0; i < v.size(); ++i) {
+    const auto* h = reinterpret_cast<const uint16_t*>(info.data);
+    const float x = info.type == quant::Type::F32   ? reinterpret_cast<const float*>(info.data)[i]
+                    : info.type == quant::Type::F16 ? fp16_to_fp32(h[i])
+                                                    : bf16_to_fp32(h[i]);
+    v[i] = x + shift;
+  }
+  info.type = quant::Type::F32;
+  info.nbytes = v.size() * sizeof(float);
+  info.offset = 0;
+  info.data = reinterpret_cast<const uint8_t*>(v.data());
   return add_tensor(std::move(info));
 }
 

@@ -1,11 +1,18 @@
 #include "tests/gemma_model.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <deque>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <regex>
 #include <vector>
 
 #include "formats/gguf.h"
 #include "src/base/half.h"
+#include "tests/moe_model.h"
 
 namespace kite::test {
 namespace {
@@ -118,6 +125,124 @@ Status make_gemma(const std::string& dense_gguf, const std::string& out_gguf, co
     KITE_TRY(w.write_tensor_data(bytes.data(), bytes.size()));
   }
   return w.finish();
+}
+
+namespace {
+
+// GGUF layer tensor names -> Gemma's (after "model.layers.N.").
+constexpr std::pair<const char*, const char*> kGemmaHfNames[] = {
+    {"attn_norm.weight", "input_layernorm.weight"},
+    {"attn_q.weight", "self_attn.q_proj.weight"},
+    {"attn_k.weight", "self_attn.k_proj.weight"},
+    {"attn_v.weight", "self_attn.v_proj.weight"},
+    {"attn_output.weight", "self_attn.o_proj.weight"},
+    {"attn_q_norm.weight", "self_attn.q_norm.weight"},
+    {"attn_k_norm.weight", "self_attn.k_norm.weight"},
+    {"post_attention_norm.weight", "post_attention_layernorm.weight"},
+    {"ffn_norm.weight", "pre_feedforward_layernorm.weight"},
+    {"post_ffw_norm.weight", "post_feedforward_layernorm.weight"},
+    {"ffn_gate.weight", "mlp.gate_proj.weight"},
+    {"ffn_up.weight", "mlp.up_proj.weight"},
+    {"ffn_down.weight", "mlp.down_proj.weight"},
+};
+
+}  // namespace
+
+Status gemma_gguf_to_hf(const std::string& gemma_gguf, const std::string& dense_hf, const std::string& out_dir,
+                        bool multimodal) {
+  namespace fs = std::filesystem;
+  using Json = nlohmann::json;
+  KITE_ASSIGN_OR_RETURN(gguf::File in, gguf::File::open(gemma_gguf));
+  const gguf::Metadata& m = in.metadata();
+  KITE_ASSIGN_OR_RETURN(const std::string arch, m.get<std::string>("general.architecture"));
+  if (arch != "gemma2" && arch != "gemma3") return make_error(gemma_gguf, ": not a gemma model");
+  const bool gemma2 = arch == "gemma2";
+  const std::string p = arch + ".";
+  fs::create_directories(out_dir);
+  for (const char* f : {"tokenizer.json", "tokenizer_config.json", "generation_config.json"})
+    fs::copy_file(fs::path(dense_hf) / f, fs::path(out_dir) / f, fs::copy_options::overwrite_existing);
+  const Json dense = Json::parse(std::ifstream(fs::path(dense_hf) / "config.json"));
+
+  Json text = Json::object();
+  auto key_int = [&](const char* k) { return *m.get_int(p + k); };
+  auto key_float = [&](const char* k) { return *m.get_float(p + k); };
+  text["vocab_size"] = dense["vocab_size"];
+  text["hidden_size"] = key_int("embedding_length");
+  text["intermediate_size"] = key_int("feed_forward_length");
+  text["num_hidden_layers"] = key_int("block_count");
+  text["num_attention_heads"] = key_int("attention.head_count");
+  text["num_key_value_heads"] = key_int("attention.head_count_kv");
+  text["head_dim"] = m.has(p + "attention.key_length") ? key_int("attention.key_length")
+                                                        : key_int("embedding_length") / key_int("attention.head_count");
+  text["rms_norm_eps"] = key_float("attention.layer_norm_rms_epsilon");
+  text["max_position_embeddings"] = key_int("context_length");
+  text["rope_theta"] = key_float("rope.freq_base");
+  text["sliding_window"] = key_int("attention.sliding_window");
+  text["hidden_activation"] = "gelu_pytorch_tanh";
+  text["tie_word_embeddings"] = true;
+  text["bos_token_id"] = dense["bos_token_id"];
+  text["eos_token_id"] = dense["eos_token_id"];
+  const int64_t every = key_int("attention.sliding_window_pattern");
+  if (gemma2) {
+    text["attn_logit_softcapping"] = key_float("attn_logit_softcapping");
+    text["final_logit_softcapping"] = key_float("final_logit_softcapping");
+    text["sliding_window_pattern"] = every;
+  } else {
+    Json types = Json::array();
+    for (int64_t il = 0; il < key_int("block_count"); ++il)
+      types.push_back(il % every < every - 1 ? "sliding_attention" : "full_attention");
+    text["layer_types"] = types;
+    text["rope_scaling"] = {{"rope_type", *m.get<std::string>(p + "rope.scaling.type")},
+                            {"factor", key_float("rope.scaling.factor")}};
+    text["rope_local_base_freq"] = 10000.0;
+    text["final_logit_softcapping"] = nullptr;
+    text["attn_logit_softcapping"] = nullptr;
+  }
+  Json config;
+  if (multimodal) {
+    text["model_type"] = "gemma3_text";
+    config = {{"architectures", {"Gemma3ForConditionalGeneration"}}, {"model_type", "gemma3"}, {"text_config", text}};
+  } else {
+    config = text;
+    config["architectures"] = {gemma2 ? "Gemma2ForCausalLM" : "Gemma3ForCausalLM"};
+    config["model_type"] = gemma2 ? "gemma2" : "gemma3_text";
+  }
+  std::ofstream(fs::path(out_dir) / "config.json") << config.dump(2);
+
+  const std::string model = multimodal ? "language_model.model." : "model.";
+  std::vector<SafetensorsPiece> pieces;
+  std::deque<std::vector<float>> norms;  // weight - 1, as Gemma stores its norms
+  static const std::regex kLayer(R"(blk\.(\d+)\.(.+))");
+  for (const gguf::TensorInfo& t : in.tensors()) {
+    std::string hf;
+    std::smatch sm;
+    if (t.name == "token_embd.weight") {
+      hf = model + "embed_tokens.weight";
+    } else if (t.name == "output_norm.weight") {
+      hf = model + "norm.weight";
+    } else if (std::regex_match(t.name, sm, kLayer)) {
+      const std::string rest = sm[2].str();
+      const auto row = std::find_if(std::begin(kGemmaHfNames), std::end(kGemmaHfNames),
+                                    [&](const auto& r) { return rest == r.first; });
+      if (row == std::end(kGemmaHfNames)) return make_error(gemma_gguf, ": no Hugging Face name for '", t.name, "'");
+      hf = model + "layers." + sm[1].str() + "." + row->second;
+    } else {
+      return make_error(gemma_gguf, ": no Hugging Face name for '", t.name, "'");
+    }
+    if (!t.name.ends_with("norm.weight")) {
+      pieces.push_back({hf, t.type, t.ne, t.data, t.nbytes});
+      continue;
+    }
+    if (t.type != quant::Type::F32) return make_error(gemma_gguf, ": norm '", t.name, "' is not F32");
+    std::vector<float>& v = norms.emplace_back(static_cast<size_t>(t.ne[0]));
+    for (size_t i = 0; i < v.size(); ++i) v[i] = reinterpret_cast<const float*>(t.data)[i] - 1.f;
+    pieces.push_back({hf, quant::Type::F32, t.ne, reinterpret_cast<const uint8_t*>(v.data()), v.size() * 4});
+  }
+  const std::vector<uint16_t> vision(16 * 3, 0);  // (a vision tower's tensor, which kite skips)
+  if (multimodal)
+    pieces.push_back({"vision_tower.vision_model.embeddings.patch_embedding.weight", quant::Type::F16, {16, 3},
+                      reinterpret_cast<const uint8_t*>(vision.data()), vision.size() * 2});
+  return write_safetensors((fs::path(out_dir) / "model.safetensors").string(), pieces);
 }
 
 }  // namespace kite::test

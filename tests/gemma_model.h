@@ -31,6 +31,13 @@ struct GemmaOptions {
 
 Status make_gemma(const std::string& dense_gguf, const std::string& out_gguf, const GemmaOptions& o = {});
 
+// A Hugging Face folder holding the same model as `gemma_gguf` (a file make_gemma made):
+// Gemma2ForCausalLM or Gemma3ForCausalLM (with `multimodal`, Gemma3ForConditionalGeneration:
+// the text model under text_config and language_model.model.*, beside a vision tensor), norms
+// stored as Gemma's (weight - 1), `dense_hf`'s tokenizer files.
+Status gemma_gguf_to_hf(const std::string& gemma_gguf, const std::string& dense_hf, const std::string& out_dir,
+                        bool multimodal = false);
+
 // (kite-tests only, test_gemma.cpp.) tests/data/gemma-reference.json, and its test model `name`
 // ("gemma3-tiny.gguf", "gemma2-tiny.gguf") made once per process (moe_model.h's derived_test_file).
 std::string gemma_reference_path();

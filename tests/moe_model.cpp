@@ -155,13 +155,7 @@ Status moe_gguf_to_hf(const std::string& moe_gguf, const std::string& dense_hf, 
   config["dtype"] = "float16";
   std::ofstream(fs::path(out_dir) / "config.json") << config.dump(2);
 
-  // model.safetensors: an 8-byte header length, the JSON header, the tensors' bytes.
-  struct Piece {
-    std::string name;
-    const gguf::TensorInfo* t;
-    size_t offset, bytes;
-  };
-  std::vector<Piece> pieces;
+  std::vector<SafetensorsPiece> pieces;
   static const std::regex kLayer(R"(blk\.(\d+)\.(.+))");
   for (const gguf::TensorInfo& t : in.tensors()) {
     if (t.type != quant::Type::F16 && t.type != quant::Type::F32)
@@ -173,7 +167,7 @@ Status moe_gguf_to_hf(const std::string& moe_gguf, const std::string& dense_hf, 
                        : t.name == "output.weight"      ? "lm_head.weight"
                                                         : nullptr;
       if (hf == nullptr) return make_error(moe_gguf, ": no Hugging Face name for '", t.name, "'");
-      pieces.push_back({hf, &t, 0, t.nbytes});
+      pieces.push_back({hf, t.type, t.ne, t.data, t.nbytes});
       continue;
     }
     const std::string prefix = "model.layers." + sm[1].str() + ".", rest = sm[2].str();
@@ -181,33 +175,39 @@ Status moe_gguf_to_hf(const std::string& moe_gguf, const std::string& dense_hf, 
                                   [&](const auto& r) { return rest == r.first; });
     if (row == std::end(kHfLayerNames)) return make_error(moe_gguf, ": no Hugging Face name for '", t.name, "'");
     if (t.ne.size() < 3) {
-      pieces.push_back({prefix + row->second, &t, 0, t.nbytes});
+      pieces.push_back({prefix + row->second, t.type, t.ne, t.data, t.nbytes});
       continue;
     }
     const size_t per_expert = t.nbytes / static_cast<size_t>(t.ne[2]);
     for (int64_t e = 0; e < t.ne[2]; ++e)
-      pieces.push_back({prefix + "mlp.experts." + std::to_string(e) + "." + row->second, &t,
-                        static_cast<size_t>(e) * per_expert, per_expert});
+      pieces.push_back({prefix + "mlp.experts." + std::to_string(e) + "." + row->second, t.type,
+                        {t.ne[0], t.ne[1]}, t.data + static_cast<size_t>(e) * per_expert, per_expert});
   }
+  return write_safetensors((fs::path(out_dir) / "model.safetensors").string(), pieces);
+}
+
+Status write_safetensors(const std::string& path, const std::vector<SafetensorsPiece>& pieces) {
+  // An 8-byte header length, the JSON header, the tensors' bytes.
   nlohmann::json header = nlohmann::json::object();
   size_t at = 0;
-  for (const Piece& p : pieces) {
+  for (const SafetensorsPiece& p : pieces) {
+    if (p.type != quant::Type::F16 && p.type != quant::Type::F32)
+      return make_error(path, ": tensor '", p.name, "' is not F16 or F32");
     std::vector<int64_t> shape;  // outermost first
-    for (size_t d = std::min<size_t>(p.t->ne.size(), 2); d-- > 0;) shape.push_back(p.t->ne[d]);
-    header[p.name] = {{"dtype", p.t->type == quant::Type::F16 ? "F16" : "F32"},
+    for (size_t d = p.ne.size(); d-- > 0;) shape.push_back(p.ne[d]);
+    header[p.name] = {{"dtype", p.type == quant::Type::F16 ? "F16" : "F32"},
                       {"shape", shape},
                       {"data_offsets", {at, at + p.bytes}}};
     at += p.bytes;
   }
   std::string h = header.dump();
   h.resize((h.size() + 7) / 8 * 8, ' ');
-  std::ofstream f(fs::path(out_dir) / "model.safetensors", std::ios::binary);
+  std::ofstream f(path, std::ios::binary);
   const uint64_t n = h.size();
   f.write(reinterpret_cast<const char*>(&n), 8);
   f.write(h.data(), static_cast<std::streamsize>(h.size()));
-  for (const Piece& p : pieces)
-    f.write(reinterpret_cast<const char*>(p.t->data + p.offset), static_cast<std::streamsize>(p.bytes));
-  if (!f) return make_error(out_dir, ": cannot write model.safetensors");
+  for (const SafetensorsPiece& p : pieces) f.write(reinterpret_cast<const char*>(p.data), static_cast<std::streamsize>(p.bytes));
+  if (!f) return make_error(path, ": cannot write it");
   return ok_status();
 }
 

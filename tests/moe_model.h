@@ -13,7 +13,9 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
+#include "formats/quant/types.h"
 #include "src/base/status.h"
 
 namespace kite::test {
@@ -32,6 +34,16 @@ Status upcycle_to_moe(const std::string& dense_gguf, const std::string& out_gguf
 // upcycle_to_moe made; F16/F32 tensors kept as they are, each layer's experts apart under
 // Qwen3-MoE's names): config.json from `dense_hf`'s with the expert keys, its tokenizer files.
 Status moe_gguf_to_hf(const std::string& moe_gguf, const std::string& dense_hf, const std::string& out_dir);
+
+// A safetensors file of F16/F32 tensors (ggml order shapes; written outermost first).
+struct SafetensorsPiece {
+  std::string name;
+  quant::Type type;
+  std::vector<int64_t> ne;
+  const uint8_t* data;
+  size_t bytes;
+};
+Status write_safetensors(const std::string& path, const std::vector<SafetensorsPiece>& pieces);
 
 // (kite-tests only, test_moe.cpp.) tests/data/moe-reference.json, and the test model `name` of
 // it made once per process (a path under the build tree); fails the test unless its bytes are

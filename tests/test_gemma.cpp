@@ -7,6 +7,8 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstring>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <optional>
 
@@ -117,6 +119,75 @@ TEST_CASE("gemma3: kite quantize's Q4_K_M within 1% of llama-quantize's perplexi
   const double ppl = kite_perplexity(out), want = ref["ppl_ctx256"].get<double>();
   MESSAGE("kite's Q4_K_M: ppl ", ppl, " (llama-quantize's, by llama.cpp: ", want, ")");
   CHECK(std::fabs(ppl / want - 1) < 0.01);
+}
+
+TEST_CASE("gemma: Hugging Face Gemma2, Gemma3 and Gemma3ForConditionalGeneration folders run as their GGUF and convert back") {
+  struct Case {
+    const char* gguf;
+    const char* dense_hf;
+    bool multimodal;
+  };
+  for (const Case& c : {Case{"gemma3-tiny.gguf", "models/qwen3-tiny", false},
+                        Case{"gemma3-tiny.gguf", "models/qwen3-tiny", true},
+                        Case{"gemma2-tiny.gguf", "models/llama-draft", false}}) {
+    const std::string what = std::string(c.gguf) + (c.multimodal ? " (multimodal)" : "");
+    INFO(what);
+    const std::string gguf_path = gemma_test_file(c.gguf);
+    const std::string dir =
+        scratch_dir("gemma-hf-" + std::to_string(getpid()) + "-" + c.gguf + (c.multimodal ? "-mm" : "")).string();
+    const std::string hf = dir + "/hf";
+    const Status st = gemma_gguf_to_hf(gguf_path, testdata(c.dense_hf), hf, c.multimodal);
+    REQUIRE_MESSAGE(st.ok(), (st.ok() ? std::string() : st.error().message));
+    // (Gemma's norms are weight - 1 there: kite adds the 1 back, in float.)
+    const double a = kite_perplexity(gguf_path), b = kite_perplexity(hf);
+    MESSAGE(what, ": ppl ", b, " from the folder, ", a, " from the GGUF");
+    CHECK(std::fabs(b / a - 1) < 1e-4);
+    auto conv = run_kite({"convert", hf, "-o", dir + "/converted.gguf"});
+    REQUIRE_MESSAGE(conv.exit_code == 0, conv.err);
+    auto x = gguf::File::open(gguf_path), y = gguf::File::open(dir + "/converted.gguf");
+    REQUIRE(x.ok());
+    REQUIRE(y.ok());
+    const std::string arch = *x->metadata().get<std::string>("general.architecture");
+    for (const char* key : {"attention.sliding_window", "block_count", "attn_logit_softcapping",
+                            "final_logit_softcapping", "rope.scaling.factor"}) {
+      INFO(key);
+      CHECK(x->metadata().has(arch + "." + key) == y->metadata().has(arch + "." + key));
+      if (x->metadata().has(arch + "." + key))
+        CHECK(*y->metadata().get_float(arch + "." + key) == *x->metadata().get_float(arch + "." + key));
+    }
+    CHECK(y->tensors().size() == x->tensors().size());
+    for (const gguf::TensorInfo& t : x->tensors()) {
+      INFO(t.name);
+      const gguf::TensorInfo* u = y->find_tensor(t.name);
+      REQUIRE(u != nullptr);
+      CHECK(u->type == t.type);
+      CHECK(u->ne == t.ne);
+      if (!t.name.ends_with("norm.weight")) {
+        CHECK((u->nbytes == t.nbytes && std::memcmp(u->data, t.data, t.nbytes) == 0));
+        continue;
+      }
+      for (int64_t i = 0; i < t.ne[0]; ++i)
+        CHECK(reinterpret_cast<const float*>(u->data)[i] ==
+              doctest::Approx(reinterpret_cast<const float*>(t.data)[i]).epsilon(1e-6));
+    }
+  }
+}
+
+TEST_CASE("gemma: Hugging Face configs kite cannot run as llama.cpp does are errors naming the key") {
+  const std::string hf = scratch_dir("gemma-hf-bad-" + std::to_string(getpid())).string() + "/hf";
+  REQUIRE(gemma_gguf_to_hf(gemma_test_file("gemma3-tiny.gguf"), testdata("models/qwen3-tiny"), hf).ok());
+  const nlohmann::json good = nlohmann::json::parse(read_file(hf + "/config.json"));
+  auto expect = [&](const char* key, nlohmann::json value, const std::string& what) {
+    nlohmann::json c = good;
+    c[key] = std::move(value);
+    std::ofstream(hf + "/config.json") << c.dump();
+    auto r = run_kite({"run", "-m", hf, "-p", "hi", "-n", "1"});
+    CHECK(r.exit_code == 1);
+    CHECK_MESSAGE(r.err.find(what) != std::string::npos, r.err);
+  };
+  expect("attn_logit_softcapping", 50.0, "gemma3 with attn_logit_softcapping is not supported");
+  expect("layer_types", nlohmann::json::array({"sliding_attention"}), "'layer_types' must list the 2 layers");
+  expect("layer_types", nlohmann::json::array({"sliding_attention", "chunked"}), "'layer_types' has '\"chunked\"'");
 }
 
 TEST_CASE("gemma: a sequence's greedy tokens do not depend on what shares its batch (past the window)") {

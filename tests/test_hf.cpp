@@ -269,7 +269,8 @@ TEST_CASE("hf: weight source errors name the folder and the problem") {
   write_text(dir / "config.json", config_json("", "GPT2LMHeadModel"));
   expect(dir.string(),
          "unsupported architecture GPT2LMHeadModel (supported: LlamaForCausalLM, MistralForCausalLM, "
-         "Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, MixtralForCausalLM)");
+         "Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, MixtralForCausalLM, Gemma2ForCausalLM, "
+         "Gemma3ForCausalLM, Gemma3ForConditionalGeneration)");
   write_text(dir / "config.json", config_json(""));
   expect(dir.string(), "no tokenizer.json");
   std::filesystem::copy_file(kite::test::testdata("models/llama-draft/tokenizer.json"), dir / "tokenizer.json");
