@@ -182,15 +182,23 @@ AttentionCase make_case(const PagedBatch& b, DType kt, DType vt, uint32_t seed) 
 double check_paged_attention(const PagedBatch& b, DType kt, DType vt, uint32_t seed) {
   const AttentionCase ac = make_case(b, kt, vt, seed);
   // Every path computes in f32 from the decoded cache values (Q8_0 rows are dequantized, the
-  // queries are not quantized), so all of them are close to exact.
+  // queries are not quantized), so all of them are close to exact; but CUDA's tensor-core kernel
+  // (long prefill runs), which rounds queries and probabilities to half: there the bound is half
+  // precision's, and the batch runs again on the CUDA-core kernel alone to the exact bound.
   double worst = 0;
   for_each_config([&](const Config& c) {
-    const std::vector<float> got = run_paged_attention(*c.backend, b, kt, vt, ac.q, ac.kb, ac.vb, ac.knew, ac.vnew, ac.scale);
-    const double e = nmse(got, ac.ref);
+    auto run = [&] { return run_paged_attention(*c.backend, b, kt, vt, ac.q, ac.kb, ac.vb, ac.knew, ac.vnew, ac.scale); };
+    const double e = nmse(run(), ac.ref);
     INFO("attention on ", c.label, " k ", quant::find_traits(kt)->name, " v ", quant::find_traits(vt)->name,
          " hd=", b.hd, " nh=", b.nh, " nkv=", b.nkv, " n_tok=", b.n_tok(), " window=", b.window,
          " softcap=", b.softcap);
-    CHECK(e < 1e-10);
+    if (c.label == "cuda" && e >= 1e-10) {
+      CHECK(e < 2e-6);
+      const ScopedEnv cores("KITE_CUDA_ATTN_TC", "0");
+      CHECK(nmse(run(), ac.ref) < 1e-10);
+    } else {
+      CHECK(e < 1e-10);
+    }
     worst = std::max(worst, e);
   });
   return worst;
@@ -418,9 +426,13 @@ TEST_CASE("ops: attention on CUDA tensor cores: prefill runs, decode rows, chunk
                           {64, 4, 4, {{5, 70}, {30, 1}}}};
   const std::pair<DType, DType> types[] = {{DType::F16, DType::F16}, {DType::Q8_0, DType::Q8_0}, {DType::F16, DType::Q8_0}};
   uint32_t seed = 300;
+  // (With gemma's sliding window and soft-capping too: a window starts anywhere in a tile.)
+  for (const int32_t window : {0, 100})
   for (const Shape& sh : shapes)
     for (auto [kt, vt] : types) {
-      const PagedBatch b = make_batch(sh.hd, sh.nh, sh.nkv, sh.seqs, seed);
+      PagedBatch b = make_batch(sh.hd, sh.nh, sh.nkv, sh.seqs, seed);
+      b.window = window;
+      b.softcap = window > 0 ? 0.75f : 0.f;
       const AttentionCase ac = make_case(b, kt, vt, seed += 10);
       const int64_t row = b.hd * b.nkv, qrow = b.hd * b.nh;
       for_each_config([&](const Config& c) {

@@ -94,7 +94,7 @@ __device__ __forceinline__ void matvec_store(const MatVecGrid& g, const MatVecOu
         KITE_ASSUME_GLOBAL(g.job.glu);
         o.dst[c * o.ldd + row] = v;
         g.job.out[1].dst[c * g.job.out[1].ldd + row] = u;
-        g.job.glu[c * g.job.glu_ldd + row] = silu_mul(v, u);
+        g.job.glu[c * g.job.glu_ldd + row] = g.job.gelu ? gelu_mul(v, u) : silu_mul(v, u);
       }
     } else if (lane == 0) {
       if (o.bias != nullptr) {  // (the add op's formula)

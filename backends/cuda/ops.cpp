@@ -119,10 +119,10 @@ Result<unsigned*> zeroed_counters(Device& dev, OpScratch& sc, int64_t n) {
   return static_cast<unsigned*>(p);
 }
 
-// What a mat-vec launch (MatVecJob) computes beside its products: `epilogue`, the swiglu of a
-// gate/up pair or the add of one product to a residual, and then that sum's rms_norm (`norm`).
-// With `int8_epilogue` (a swiglu epilogue of int8 weights, m % 32 == 0) it also writes the
-// swiglu output's int8 activations, for the down projection after it, with `norm_int8` the
+// What a mat-vec launch (MatVecJob) computes beside its products: `epilogue`, the swiglu (or
+// geglu) of a gate/up pair or the add of one product to a residual, and then that sum's rms_norm
+// (`norm`). With `int8_epilogue` (a glu epilogue of int8 weights, m % 32 == 0) it also writes the
+// glu output's int8 activations, for the down projection after it, with `norm_int8` the
 // norm's (an int8 matmul of it follows). With `rope` (of a layer's q, k and v, the group's from
 // rope->first on; one column) it also ropes q and k and writes k and v to the caches.
 struct MatVecExtras {
@@ -162,9 +162,10 @@ Status mul_mat(Device& dev, OpScratch& sc, std::span<Tensor* const> group, const
     if (epilogue != nullptr) {
       KITE_ASSIGN_OR_RETURN(uint8_t * ep, dev.address(epilogue));
       const int64_t ld = static_cast<int64_t>(epilogue->nb[1] / sizeof(float));
-      if (epilogue->op == Op::kSwiglu) {
+      if (epilogue->op == Op::kSwiglu || epilogue->op == Op::kGeglu) {
         job.glu = reinterpret_cast<float*>(ep);
         job.glu_ldd = ld;
+        job.gelu = epilogue->op == Op::kGeglu;
       } else {  // kAdd: the residual is the operand that is not this matmul
         const Tensor* res = epilogue->src[epilogue->src[0] == n ? 1 : 0];
         KITE_ASSIGN_OR_RETURN(uint8_t * rp, dev.address(res));
@@ -528,9 +529,10 @@ bool joins_matvec(const Tensor* first, const Tensor* n) {
          n->src[0]->ne[0] == first->src[0]->ne[0];
 }
 
-// swiglu(gate, up) of two [m, cols] matmul outputs of the group, written like them.
+// swiglu or geglu (gate, up) of two [m, cols] matmul outputs of the group, written like them.
 bool is_glu_of(const Tensor* n, const Tensor* a, const Tensor* b) {
-  if (n->op != Op::kSwiglu || !((n->src[0] == a && n->src[1] == b) || (n->src[0] == b && n->src[1] == a)))
+  if ((n->op != Op::kSwiglu && n->op != Op::kGeglu) ||
+      !((n->src[0] == a && n->src[1] == b) || (n->src[0] == b && n->src[1] == a)))
     return false;
   return n->ne == a->ne && a->ne == b->ne && n->n_rows() == a->ne[1] && uniform_rows(n);
 }
