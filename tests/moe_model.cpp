@@ -206,7 +206,8 @@ Status write_safetensors(const std::string& path, const std::vector<SafetensorsP
   const uint64_t n = h.size();
   f.write(reinterpret_cast<const char*>(&n), 8);
   f.write(h.data(), static_cast<std::streamsize>(h.size()));
-  for (const SafetensorsPiece& p : pieces) f.write(reinterpret_cast<const char*>(p.data), static_cast<std::streamsize>(p.bytes));
+  for (const SafetensorsPiece& p : pieces)
+    f.write(reinterpret_cast<const char*>(p.data), static_cast<std::streamsize>(p.bytes));
   if (!f) return make_error(path, ": cannot write it");
   return ok_status();
 }

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -56,5 +57,11 @@ std::string moe_test_file(const std::string& name);
 // tree; fails the test unless its bytes are those the reference measured.
 std::string derived_test_file(const std::string& reference_path, const std::string& name,
                               const std::function<Status(const std::string& path)>& make);
+// (kite-tests only.) `kite perplexity -m path -f heldout.txt -c 256`'s result, as the references'
+// ppl_ctx256 were measured.
+double kite_perplexity(const std::string& path);
+// (kite-tests only.) That perplexity within 0.1% of the reference entry's ppl_ctx256 (llama.cpp's)
+// and `kite run`'s 32 greedy tokens equal to its greedy32_output (llama-simple's).
+void check_llama_cpp_numbers(const std::string& path, const std::string& name, const nlohmann::json& ref);
 
 }  // namespace kite::test

@@ -166,7 +166,7 @@ TEST_CASE("cuda: an MoE model runs, its experts on the CPU: the CPU's greedy tok
 #endif
 }
 
-TEST_CASE("cuda: gemma2 and gemma3 models (sliding windows, soft-capping): the CPU's greedy tokens, llama.cpp's perplexity") {
+TEST_CASE("cuda: gemma2 and gemma3 models (windows, soft-capping): the CPU's greedy tokens, llama.cpp's perplexity") {
   if (!have_gpu("gemma3")) return;
 #ifdef KITE_CUDA_EMU
   check_gemma("cuda", 512, 0.01);  // (as the perplexity test above, on the emulator)

@@ -1,8 +1,8 @@
 // gemma2 and gemma3 models against llama.cpp on the same files: the test models made from the
 // trained qwen3-tiny and llama-draft (tests/gemma_model.h: a sliding window on one layer, linear
 // rope scaling (gemma3) or soft-capping (gemma2), gelu-gated FFN, post-norms, scaled embedding),
-// whose llama.cpp numbers are in tests/data/gemma-reference.json. (The ops: test_ops.cpp, test_ops_attention.cpp; on the GPU
-// backends: gpu_checks.h's check_gemma.)
+// whose llama.cpp numbers are in tests/data/gemma-reference.json. (The ops: test_ops.cpp,
+// test_ops_attention.cpp; on the GPU backends: gpu_checks.h's check_gemma.)
 #include <doctest/doctest.h>
 #include <unistd.h>
 
@@ -39,14 +39,6 @@ namespace {
 
 nlohmann::json gemma_reference() { return nlohmann::json::parse(read_file(gemma_reference_path())); }
 
-double kite_perplexity(const std::string& path) {
-  auto r = run_kite({"perplexity", "-m", path, "-f", testdata("heldout.txt"), "-c", "256"});
-  REQUIRE_MESSAGE(r.exit_code == 0, path, ": ", r.err);
-  const size_t at = r.out.find("perplexity: ");
-  REQUIRE_MESSAGE(at != std::string::npos, r.out);
-  return std::stod(r.out.substr(at + 12));
-}
-
 // A gemma3 file like the test model with one metadata key changed (removed: no value).
 std::string gemma_with(const std::string& name, const std::string& key, std::optional<gguf::Value> value) {
   auto in = gguf::File::open(gemma_test_file("gemma3-tiny.gguf"));
@@ -66,19 +58,8 @@ std::string gemma_with(const std::string& name, const std::string& key, std::opt
 }  // namespace
 
 TEST_CASE("gemma: the gemma2 and gemma3 test models give llama.cpp's perplexity and greedy text") {
-  for (const char* name : {"gemma3-tiny.gguf", "gemma2-tiny.gguf"}) {
-    const auto r = gemma_reference()[name];
-    const std::string path = gemma_test_file(name);
-    const double ppl = kite_perplexity(path), want = r["ppl_ctx256"].get<double>();
-    MESSAGE(std::string(name), ": ppl ", ppl, " (llama.cpp ", want, ")");
-    CHECK_MESSAGE(std::fabs(ppl / want - 1) < 0.001, name);
-    auto out = run_kite({"run", "-m", path, "-p", r["greedy32_prompt"], "-n", "32", "--temp", "0"});
-    REQUIRE_MESSAGE(out.exit_code == 0, out.err);
-    std::string want_text = r["greedy32_output"];
-    const std::string bos = "<|begin_of_text|>";
-    if (want_text.rfind(bos, 0) == 0) want_text = want_text.substr(bos.size());
-    CHECK_MESSAGE(out.out == want_text, name);
-  }
+  for (const char* name : {"gemma3-tiny.gguf", "gemma2-tiny.gguf"})
+    check_llama_cpp_numbers(gemma_test_file(name), name, gemma_reference()[name]);
 }
 
 TEST_CASE("gemma3: hyperparameters as llama.cpp reads them: the window, its layers, their rope") {
@@ -107,7 +88,8 @@ TEST_CASE("gemma3: hyperparameters as llama.cpp reads them: the window, its laye
   CHECK(six.model->hparams().is_swa(0));
   CHECK(six.model->hparams().is_swa(1));
   // No window: every layer global.
-  const LoadedModel none = load_model_at(gemma_with("none.gguf", "gemma3.attention.sliding_window", uint32_t{0}), "none");
+  const LoadedModel none =
+      load_model_at(gemma_with("none.gguf", "gemma3.attention.sliding_window", uint32_t{0}), "none");
   CHECK_FALSE(none.model->hparams().is_swa(0));
 }
 

@@ -62,16 +62,7 @@ std::string kite::test::moe_test_file(const std::string& name) {
                            [&](const std::string& path) { return upcycle_to_moe(testdata(from), path); });
 }
 
-namespace {
-
-// llama.cpp's BOS-rendered greedy output as `kite run` prints it (prompt without the BOS).
-std::string without_bos(std::string s) {
-  const std::string bos = "<|begin_of_text|>";
-  if (s.rfind(bos, 0) == 0) s = s.substr(bos.size());
-  return s;
-}
-
-double kite_perplexity(const std::string& path) {
+double kite::test::kite_perplexity(const std::string& path) {
   auto r = run_kite({"perplexity", "-m", path, "-f", testdata("heldout.txt"), "-c", "256"});
   REQUIRE_MESSAGE(r.exit_code == 0, path, ": ", r.err);
   const size_t at = r.out.find("perplexity: ");
@@ -79,20 +70,22 @@ double kite_perplexity(const std::string& path) {
   return std::stod(r.out.substr(at + 12));
 }
 
-}  // namespace
+void kite::test::check_llama_cpp_numbers(const std::string& path, const std::string& name, const nlohmann::json& ref) {
+  const double ppl = kite_perplexity(path), want = ref["ppl_ctx256"].get<double>();
+  MESSAGE(name, ": ppl ", ppl, " (llama.cpp ", want, ")");
+  CHECK_MESSAGE(std::fabs(ppl / want - 1) < 0.001, name);
+  auto out = run_kite({"run", "-m", path, "-p", ref["greedy32_prompt"], "-n", "32", "--temp", "0"});
+  REQUIRE_MESSAGE(out.exit_code == 0, out.err);
+  std::string text = ref["greedy32_output"];  // (llama-simple prints the BOS; kite run does not)
+  const std::string bos = "<|begin_of_text|>";
+  if (text.rfind(bos, 0) == 0) text = text.substr(bos.size());
+  CHECK_MESSAGE(out.out == text, name);
+}
 
 TEST_CASE("moe: qwen3moe and llama with experts give llama.cpp's perplexity and greedy text") {
   const auto ref = moe_reference();
-  for (const char* name : {"qwen3moe-tiny.gguf", "llama-draft-moe.gguf"}) {
-    const std::string path = moe_test_file(name);
-    const auto& r = ref[name];
-    const double ppl = kite_perplexity(path), want = r["ppl_ctx256"].get<double>();
-    MESSAGE(std::string(name), ": ppl ", ppl, " (llama.cpp ", want, ")");
-    CHECK_MESSAGE(std::fabs(ppl / want - 1) < 0.001, name);
-    auto out = run_kite({"run", "-m", path, "-p", r["greedy32_prompt"], "-n", "32", "--temp", "0"});
-    REQUIRE_MESSAGE(out.exit_code == 0, out.err);
-    CHECK_MESSAGE(out.out == without_bos(r["greedy32_output"]), name);
-  }
+  for (const char* name : {"qwen3moe-tiny.gguf", "llama-draft-moe.gguf"})
+    check_llama_cpp_numbers(moe_test_file(name), name, ref[name]);
 }
 
 TEST_CASE("moe: kite quantize makes llama-quantize's Q4_K_M of an MoE model, perplexity within 1%") {

@@ -187,7 +187,9 @@ double check_paged_attention(const PagedBatch& b, DType kt, DType vt, uint32_t s
   // precision's, and the batch runs again on the CUDA-core kernel alone to the exact bound.
   double worst = 0;
   for_each_config([&](const Config& c) {
-    auto run = [&] { return run_paged_attention(*c.backend, b, kt, vt, ac.q, ac.kb, ac.vb, ac.knew, ac.vnew, ac.scale); };
+    auto run = [&] {
+      return run_paged_attention(*c.backend, b, kt, vt, ac.q, ac.kb, ac.vb, ac.knew, ac.vnew, ac.scale);
+    };
     const double e = nmse(run(), ac.ref);
     INFO("attention on ", c.label, " k ", quant::find_traits(kt)->name, " v ", quant::find_traits(vt)->name,
          " hd=", b.hd, " nh=", b.nh, " nkv=", b.nkv, " n_tok=", b.n_tok(), " window=", b.window,
@@ -294,11 +296,15 @@ TEST_CASE("ops: sliding-window attention (gemma) over paged caches, windows shor
 TEST_CASE("ops: attention of one long sequence spread over threads, batch-independent results") {
   // One KV head and group 12 (more than the 8 heads scored together): a single decode token's
   // chunks are spread over the threads; its result must equal, bit for bit, the one it gets
-  // inside a larger batch (where it is not spread), for every cache type.
-  const PagedBatch alone = make_batch(64, 12, 1, {{1300, 1}}, 91);
+  // inside a larger batch (where it is not spread), for every cache type; with a sliding window
+  // too (its chunks then start at the window's).
+  for (const int32_t window : {0, 700})
   for (DType t : {DType::F16, DType::Q8_0, DType::F32}) {
+    PagedBatch alone = make_batch(64, 12, 1, {{1300, 1}}, 91);
+    alone.window = window;
     check_paged_attention(alone, t, t, 92);
     PagedBatch mixed = make_batch(64, 12, 1, {{1300, 1}, {600, 40}, {9, 1}}, 93);
+    mixed.window = window;
     mixed.table.assign(mixed.table.size(), 0);
     // Same blocks for sequence 0 as `alone`; the others get blocks beyond them.
     const int64_t nb0 = alone.maxb;

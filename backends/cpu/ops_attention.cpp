@@ -150,16 +150,6 @@ void mask_before(float* s, int ng, int64_t n, int64_t off, float* mx) {
   }
 }
 
-// The record of a chunk with none of the token's keys (before its window): m = -inf, l = 0,
-// o = 0, which the merge weighs with 0.
-void empty_records(float* rec, int64_t nh, int64_t hd) {
-  for (int64_t h = 0; h < nh; ++h) {
-    float* r = rec + h * (hd + 2);
-    r[0] = -std::numeric_limits<float>::infinity();
-    std::fill(r + 1, r + hd + 2, 0.f);
-  }
-}
-
 // Query row pointers of heads h0..h0+ng of token t, KV head g.
 void query_rows(const AttnArgs& a, int64_t t, int64_t g, int64_t h0, int ng, const float** qs) {
   for (int h = 0; h < ng; ++h) qs[h] = reinterpret_cast<const float*>(a.q->row_ptr(g * a.group + h0 + h, t));
@@ -170,11 +160,7 @@ void query_rows(const AttnArgs& a, int64_t t, int64_t g, int64_t h0, int ng, con
 // partial record [m, l, o[hd]] per query head, written to rec (stride hd + 2).
 void attend_chunk(const AttnArgs& a, const MatmulKernels& mk, const Scratch& sc, int64_t t, int64_t j0, int64_t j1,
                   float* rec) {
-  const int64_t n = j1 - j0, hd = a.hd, lo = a.first_key(t);
-  if (j1 <= lo) {
-    empty_records(rec, a.n_head, hd);
-    return;
-  }
+  const int64_t n = j1 - j0, hd = a.hd, lo = a.first_key(t);  // (j1 > lo: a chunk holding some of its keys)
   chunk_rows(a, sc, t, j0, j1);
   for (int64_t g = 0; g < a.n_kv; ++g) {
     head_rows(a, sc, n, g);
@@ -216,29 +202,25 @@ void merge_chunks(const float* part, int64_t n_chunks, int64_t nh, int64_t hd, f
 
 int64_t n_chunks(int64_t nk) { return (nk + kChunk - 1) / kChunk; }
 
+// Token t's first chunk with any of its keys (0 but for a sliding window): its partials and their
+// merge start there.
+int64_t first_chunk(const AttnArgs& a, int64_t t) { return a.first_key(t) / kChunk; }
+
 // Tokens [tb, te) of one run (consecutive positions of a sequence), KV head g: each chunk's keys
 // packed once for every query row of the block, partials of token t, chunk c, head h at
 // part + (((t - tb) * nch + c) * group + h) * (hd + 2), merged per head like merge_chunks.
 void attend_run(const AttnArgs& a, const MatmulKernels& mk, const Scratch& sc, int64_t tb, int64_t te, int64_t g,
                 Tensor* dst) {
   const int64_t hd = a.hd, group = a.group, nk = a.pos[te - 1] + 1, nch = n_chunks(nk);
-  for (int64_t c = 0; c < nch; ++c) {
+  for (int64_t c = first_chunk(a, tb); c < nch; ++c) {  // (the first token's window starts first)
     const int64_t j0 = c * kChunk, j1 = std::min(nk, j0 + kChunk);
-    if (j1 <= a.first_key(tb)) {  // before every token's window (the first token's starts first)
-      for (int64_t t = tb; t < te; ++t)
-        if (a.pos[t] >= j0) empty_records(sc.part + ((t - tb) * nch + c) * group * (hd + 2), group, hd);
-      continue;
-    }
     chunk_rows(a, sc, te - 1, j0, j1);
     head_rows(a, sc, j1 - j0, g);
     mk.attn_pack_kt(sc.krows, a.kc->type, j1 - j0, hd, sc.kt);
     for (int64_t t = tb; t < te; ++t) {
       if (a.pos[t] < j0) continue;  // (its keys end before this chunk)
       const int64_t lo = a.first_key(t);
-      if (j1 <= lo) {
-        empty_records(sc.part + ((t - tb) * nch + c) * group * (hd + 2), group, hd);
-        continue;
-      }
+      if (j1 <= lo) continue;  // (before its window: not merged)
       const int64_t n = std::min<int64_t>(a.pos[t] + 1, j1) - j0;
       for (int64_t h0 = 0; h0 < group; h0 += kMaxGroup) {
         const int ng = static_cast<int>(std::min(kMaxGroup, group - h0));
@@ -254,9 +236,10 @@ void attend_run(const AttnArgs& a, const MatmulKernels& mk, const Scratch& sc, i
   }
   for (int64_t t = tb; t < te; ++t) {
     auto* out = reinterpret_cast<float*>(dst->row_ptr(t));
+    const int64_t c0 = first_chunk(a, t);
     for (int64_t h = 0; h < group; ++h)
-      merge_one(sc.part + ((t - tb) * nch * group + h) * (hd + 2), n_chunks(a.pos[t] + 1), group * (hd + 2), hd,
-                out + (g * group + h) * hd);
+      merge_one(sc.part + (((t - tb) * nch + c0) * group + h) * (hd + 2), n_chunks(a.pos[t] + 1) - c0,
+                group * (hd + 2), hd, out + (g * group + h) * hd);
   }
 }
 
@@ -323,17 +306,19 @@ void attention_fast(Tensor* dst, const KernelCtx& c, const MatmulKernels& mk) {
 
   // Work units: run blocks x KV heads first (the largest), then the other tokens; a token holding
   // more than half a thread's share of the step's keys (one long sequence decoding) is split into
-  // (token, chunk) units. Every thread derives the same plan.
+  // (token, chunk) units. Every thread derives the same plan. A token's keys and partials start
+  // at its first chunk (first_chunk).
+  auto keys = [&](int64_t t) { return a.pos[t] + 1 - first_chunk(a, t) * kChunk; };
   int64_t total = 0;
-  for (int64_t t = 0; t < n_tok; ++t) total += a.pos[t] + 1;
+  for (int64_t t = 0; t < n_tok; ++t) total += keys(t);
   auto split_tok = [&](int64_t t) {
-    const int64_t nk = a.pos[t] + 1;
+    const int64_t nk = keys(t);
     return !in_run[t] && c.nth > 1 && nk > kChunk && 2 * nk * c.nth > total;
   };
   units[0] = pbase[0] = 0;
   for (int64_t t = 0; t < n_tok; ++t) {
     const bool sp = split_tok(t);
-    const int64_t nch = n_chunks(a.pos[t] + 1);
+    const int64_t nch = n_chunks(a.pos[t] + 1) - first_chunk(a, t);
     units[t + 1] = units[t] + (in_run[t] ? 0 : sp ? nch : 1);
     pbase[t + 1] = pbase[t] + (sp ? nch * rec_floats : 0);
   }
@@ -356,15 +341,15 @@ void attention_fast(Tensor* dst, const KernelCtx& c, const MatmulKernels& mk) {
     }
     const int64_t u = v - run_units;
     const int64_t t = std::upper_bound(units, units + n_tok + 1, u) - units - 1;
-    const int64_t nk = a.pos[t] + 1, nch = n_chunks(nk);
+    const int64_t nk = a.pos[t] + 1, c0 = first_chunk(a, t), nch = n_chunks(nk);
     if (split_tok(t)) {
-      const int64_t ch = u - units[t];
-      attend_chunk(a, mk, sc, t, ch * kChunk, std::min(nk, (ch + 1) * kChunk), shared + pbase[t] + ch * rec_floats);
+      const int64_t i = u - units[t], ch = c0 + i;
+      attend_chunk(a, mk, sc, t, ch * kChunk, std::min(nk, (ch + 1) * kChunk), shared + pbase[t] + i * rec_floats);
       continue;
     }
-    for (int64_t ch = 0; ch < nch; ++ch)
-      attend_chunk(a, mk, sc, t, ch * kChunk, std::min(nk, (ch + 1) * kChunk), sc.part + ch * rec_floats);
-    merge_chunks(sc.part, nch, n_head, hd, reinterpret_cast<float*>(dst->row_ptr(t)));
+    for (int64_t ch = c0; ch < nch; ++ch)
+      attend_chunk(a, mk, sc, t, ch * kChunk, std::min(nk, (ch + 1) * kChunk), sc.part + (ch - c0) * rec_floats);
+    merge_chunks(sc.part, nch - c0, n_head, hd, reinterpret_cast<float*>(dst->row_ptr(t)));
   }
   if (!any_split) return;
 
@@ -376,7 +361,7 @@ void attention_fast(Tensor* dst, const KernelCtx& c, const MatmulKernels& mk) {
   split(n_pairs, c, &begin, &end);
   for (int64_t t = 0, p = 0; t < n_tok && p < end; ++t) {
     if (!split_tok(t)) continue;
-    const int64_t nch = n_chunks(a.pos[t] + 1);
+    const int64_t nch = n_chunks(a.pos[t] + 1) - first_chunk(a, t);
     const int64_t h0 = std::max<int64_t>(begin - p, 0), h1 = std::min<int64_t>(end - p, n_head);
     if (h0 < h1) {
       // One head at a time: the records of head h are strided by rec_floats across chunks.

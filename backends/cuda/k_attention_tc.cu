@@ -114,10 +114,10 @@ __device__ void tc_tile(const AttentionArgs& a, TcWarp<HD>& w, const AccFrag& ro
     n_chunks = sp.n_chunks;
     chunk_keys(sp, c, lo, hi);
   }
-  // (Steps at multiples of kTcKeys, whatever rows share the tile: sliding windows start anywhere.)
   const int j_first = warp_min_i(hi > lo ? lo : INT_MAX), j_end = warp_max_i(hi > lo ? hi : 0);
-  if (j_end <= j_first) return;
-  const int j_begin = j_first / kTcKeys * kTcKeys;  // no row of the tile has keys in this chunk (warp-uniform)
+  if (j_end <= j_first) return;  // no row of the tile has keys in this chunk (warp-uniform)
+  // Steps at multiples of kTcKeys, whatever rows share the tile (sliding windows start anywhere).
+  const int j_begin = j_first / kTcKeys * kTcKeys;
   if (half == 0) w.n_chunks[r] = rr < n_rows ? n_chunks : 0;
 
   // Queries, pre-scaled, as half: [16][HD] in kv, then one A fragment per 16 dimensions.

@@ -127,8 +127,9 @@ cudaError_t launch_rms_norm_quantize(float* dst, Rows a, const float* w, float e
 // one type and k (a layer's q, k and v; its gate and up): weight j's row i times column c goes to
 // out[j].dst[c * ldd + i]. With `glu` set (two weights of equal m: gate, then up) one warp
 // computes row i of both, and also writes glu[c * glu_ldd + i] = silu(gate) * up (gelu(gate) * up
-// with `gelu`), the swiglu (geglu) op's formula, so the fused result has the unfused one's bits. With `sum` set (one weight) it
-// also writes sum[c * sum_ld + i] = add[c * add_ld + i] + dst (a layer's residual add).
+// with `gelu`), the swiglu (geglu) op's formula, so the fused result has the unfused one's bits.
+// With `sum` set (one weight) it also writes sum[c * sum_ld + i] = add[c * add_ld + i] + dst (a
+// layer's residual add).
 // With `glu` and `glu_q` set (m a multiple of 32; int8 weights only) the launch also writes the
 // swiglu output's int8 activations for the down projection after it, as launch_quantize_act
 // would (glu_q: m * n codes, glu_ds: m / 32 * n float4 scales): the last of the blocks that

@@ -18,7 +18,8 @@ int main(int argc, char** argv) {
   }
   kite::test::GemmaOptions o;
   if (gemma) o.arch = argv[1];
-  const kite::Status st = moe ? kite::test::upcycle_to_moe(argv[2], argv[3]) : kite::test::make_gemma(argv[2], argv[3], o);
+  const kite::Status st =
+      moe ? kite::test::upcycle_to_moe(argv[2], argv[3]) : kite::test::make_gemma(argv[2], argv[3], o);
   if (!st) {
     std::fprintf(stderr, "kite-make-model: %s\n", st.error().message.c_str());
     return 1;

@@ -1,5 +1,6 @@
 // kite/backends/vulkan/shaders/binary.comp — y = a + b, a * b, silu(a) * b or gelu(a) * b
-// (pc.op 0, 1, 2, 3; gelu's tanh form as the CPU computes it), F32, one invocation per element; b is broadcast over rows (its dims repeat, as on the CPU).
+// (pc.op 0, 1, 2, 3; gelu's tanh form as the CPU computes it), F32, one invocation per element;
+// b is broadcast over rows (its dims repeat, as on the CPU).
 #version 460
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
