@@ -147,8 +147,8 @@ Status HfSource::add_shifted(TensorInfo info, float shift) {
                               info.type != quant::Type::BF16))
     return make_error(path_, ": tensor '", info.name, "' is not a 1-D F32, F16 or BF16 norm");
   std::vector<float>& v = shifted_.emplace_back(static_cast<size_t>(info.ne[0]));
+  const auto* h = reinterpret_cast<const uint16_t*>(info.data);
   for (size_t i = 0; i < v.size(); ++i) {
-    const auto* h = reinterpret_cast<const uint16_t*>(info.data);
     const float x = info.type == quant::Type::F32   ? reinterpret_cast<const float*>(info.data)[i]
                     : info.type == quant::Type::F16 ? fp16_to_fp32(h[i])
                                                     : bf16_to_fp32(h[i]);

@@ -77,7 +77,7 @@ Status make_gemma(const std::string& dense_gguf, const std::string& out_gguf, co
   for (const gguf::TensorInfo& t : in.tensors()) {
     float s = 1.f;
     const std::string& n = t.name;
-    auto ends = [&](const char* suffix) { return n.size() > std::strlen(suffix) && n.ends_with(suffix); };
+    auto ends = [&](const char* suffix) { return n.ends_with(suffix); };
     if (n == "token_embd.weight") s = embd_scale;
     else if (n == "output_norm.weight") s = 1.f / embd_scale;
     else if (ends("ffn_gate.weight")) s = 1.f / 1.702f;

@@ -339,7 +339,7 @@ int run_bench(const BenchArgs& a) {
     weight_bytes += t.nbytes;
     params += static_cast<uint64_t>(t.n_elements());
     if (t.name == "token_embd.weight" && source->find_tensor("output.weight") != nullptr) continue;
-    const bool expert = t.name.find("_exps.") != std::string::npos;
+    const bool expert = Model::is_expert_weight(t.name);
     decode_bytes += expert ? static_cast<uint64_t>(static_cast<double>(t.nbytes) * expert_share) : t.nbytes;
   }
   const std::string name = source->path();

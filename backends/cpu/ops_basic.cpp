@@ -93,39 +93,36 @@ void op_scale(Tensor* dst, const KernelCtx& c) {
   });
 }
 
-void op_swiglu(Tensor* dst, const KernelCtx& c) {
+namespace {
+
+// act(gate) * up, row by row: the level's row kernel (MatmulKernels::*row), or `scalar` per
+// element without SIMD kernels.
+template <class Scalar>
+void glu_op(Tensor* dst, const KernelCtx& c, void (*MatmulKernels::*row)(float*, const float*, const float*, int64_t),
+            Scalar scalar) {
   const Tensor* g = dst->src[0];
   const Tensor* u = dst->src[1];
-  if (const MatmulKernels* mk = active_kernels()) {
-    for_rows(dst, c, [&](float* y, int64_t i1, int64_t i2, int64_t i3) {
-      mk->swiglu(y, reinterpret_cast<const float*>(g->row_ptr(i1, i2, i3)),
-                 reinterpret_cast<const float*>(u->row_ptr(i1, i2, i3)), dst->ne[0]);
-    });
-    return;
-  }
+  const MatmulKernels* mk = active_kernels();
   for_rows(dst, c, [&](float* y, int64_t i1, int64_t i2, int64_t i3) {
     const auto* x = reinterpret_cast<const float*>(g->row_ptr(i1, i2, i3));
     const auto* z = reinterpret_cast<const float*>(u->row_ptr(i1, i2, i3));
-    for (int64_t i = 0; i < dst->ne[0]; ++i) y[i] = x[i] / (1.f + std::exp(-x[i])) * z[i];
+    if (mk != nullptr) {
+      (mk->*row)(y, x, z, dst->ne[0]);
+      return;
+    }
+    for (int64_t i = 0; i < dst->ne[0]; ++i) y[i] = scalar(x[i]) * z[i];
   });
 }
 
+}  // namespace
+
+void op_swiglu(Tensor* dst, const KernelCtx& c) {
+  glu_op(dst, c, &MatmulKernels::swiglu, [](float x) { return x / (1.f + std::exp(-x)); });
+}
+
 void op_geglu(Tensor* dst, const KernelCtx& c) {
-  const Tensor* g = dst->src[0];
-  const Tensor* u = dst->src[1];
-  if (const MatmulKernels* mk = active_kernels()) {
-    for_rows(dst, c, [&](float* y, int64_t i1, int64_t i2, int64_t i3) {
-      mk->geglu(y, reinterpret_cast<const float*>(g->row_ptr(i1, i2, i3)),
-                reinterpret_cast<const float*>(u->row_ptr(i1, i2, i3)), dst->ne[0]);
-    });
-    return;
-  }
-  for_rows(dst, c, [&](float* y, int64_t i1, int64_t i2, int64_t i3) {
-    const auto* x = reinterpret_cast<const float*>(g->row_ptr(i1, i2, i3));
-    const auto* z = reinterpret_cast<const float*>(u->row_ptr(i1, i2, i3));
-    for (int64_t i = 0; i < dst->ne[0]; ++i)
-      y[i] = x[i] / (1.f + std::exp(-2.f * kGeluC * x[i] * (1.f + kGeluC3 * x[i] * x[i]))) * z[i];
-  });
+  glu_op(dst, c, &MatmulKernels::geglu,
+         [](float x) { return x / (1.f + std::exp(-2.f * kGeluC * x * (1.f + kGeluC3 * x * x))); });
 }
 
 void op_get_rows(Tensor* dst, const KernelCtx& c) {

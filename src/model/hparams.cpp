@@ -23,8 +23,10 @@ Status read_gemma(const WeightSource& src, HParams& hp) {
   };
   // Soft-capping: gemma2's attention scores and logits (50 and 30 unless the file says),
   // gemma3's logits where the file asks.
-  if (gemma2) hp.attn_softcap = 50.f, hp.final_softcap = 30.f;
-  if (gemma2) KITE_TRY(read_float(p + "attn_logit_softcapping", &hp.attn_softcap));
+  if (gemma2) {
+    hp.attn_softcap = 50.f, hp.final_softcap = 30.f;
+    KITE_TRY(read_float(p + "attn_logit_softcapping", &hp.attn_softcap));
+  }
   KITE_TRY(read_float(p + "final_logit_softcapping", &hp.final_softcap));
   // The 27B models scale queries by their n_embd / n_head, not their head size.
   const bool big = hp.n_layer == (gemma2 ? 46 : 62);

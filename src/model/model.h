@@ -12,6 +12,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "formats/weight_source.h"
@@ -102,7 +103,8 @@ class Model {
                         OutputKind kind = OutputKind::kLogits, TpRank tp = {}) const;
 
   // Whether `t` is a mixture-of-experts layer's stacked experts (ffn_{gate,up,down}_exps).
-  static bool is_expert_weight(const Tensor& t) { return t.name.find("_exps.") != std::string::npos; }
+  static bool is_expert_weight(const Tensor& t) { return is_expert_weight(t.name); }
+  static bool is_expert_weight(std::string_view name) { return name.find("_exps.") != std::string_view::npos; }
 
   // Whether the model splits over `world` ranks: heads, KV heads and FFN width divisible by it,
   // and the attention-output and FFN-down slices whole blocks of their weight types.
